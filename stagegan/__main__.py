@@ -1,0 +1,13 @@
+"""`python -m stagegan ...` and the `stagegan` console script."""
+
+import sys
+
+
+def main(argv=None):
+    from stagegan.cli import main as cli_main
+
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The command line: `train` and `plan`. Parses arguments, calls library functions.
+
+Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+from stagegan.config import load_config
+from stagegan.errors import ConfigError
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="stagegan", description="Train GANs in stages (see README.md)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def config_arguments(p):
+        p.add_argument(
+            "--config",
+            help="a run config YAML file or a preset name from configs/ "
+            "(default: configs/default.yaml)",
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override a config value (parsed as YAML); repeatable, e.g. "
+            "--set batch_size=64 --set stages[2].steps=100",
+        )
+
+    train = commands.add_parser("train", help="train a run")
+    config_arguments(train)
+    train.add_argument("--run-dir", help="the run folder (default: the next runs/NNNNN-<name>)")
+    train.set_defaults(func=cmd_train)
+
+    plan = commands.add_parser("plan", help="print what each stage trains, without training")
+    config_arguments(plan)
+    plan.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("stagegan")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"stagegan: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stagegan: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_train(args):
+    from stagegan.rundirs import check_new_run_dir, create_run_dir
+
+    config = load_config(args.config, args.set)
+    if args.run_dir:
+        check_new_run_dir(args.run_dir)
+    import_tensorflow()
+    from stagegan.training import Trainer, train
+
+    trainer = Trainer(config)
+    trainer.trace()
+    run_dir = create_run_dir(args.run_dir, name=config.name)
+    (run_dir / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    logging.getLogger("stagegan").info("run folder: %s", run_dir)
+    train(trainer, run_dir)
+    return 0
+
+
+def cmd_plan(args):
+    config = load_config(args.config, args.set)
+    import_tensorflow()
+    from stagegan.plan import describe_plan
+    from stagegan.training import Trainer
+
+    logger = logging.getLogger("stagegan")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the plan lists dropped variables itself
+    try:
+        trainer = Trainer(config)
+        trainer.trace()
+    finally:
+        logger.setLevel(level)
+    print(describe_plan(trainer))
+    return 0
+
+
+def import_tensorflow():
+    """Import TensorFlow without its start-up noise on stderr.
+
+    TensorFlow's C++ logging prints CUDA-probing lines during import even with
+    TF_CPP_MIN_LOG_LEVEL=3, which would bury stagegan's one-line errors. Set
+    STAGEGAN_TF_LOGS=1 to see everything.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("STAGEGAN_TF_LOGS"):
+        import tensorflow  # noqa: F401
+
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            try:
+                import keras  # noqa: F401
+                import tensorflow  # noqa: F401
+            finally:
+                os.dup2(saved, 2)
+    except ImportError as e:
+        raise ConfigError(
+            "tensorflow", f"cannot import TensorFlow ({e}); pip install tensorflow"
+        ) from None
+    finally:
+        os.close(saved)

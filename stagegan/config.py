@@ -1,0 +1,555 @@
+"""Run configs: YAML in, typed frozen records out, validated in one pass.
+
+Nothing here imports TensorFlow, so a broken file is reported in well under a second. What can
+only be checked once the networks exist (variable patterns, loss-term names, optimizer options,
+`devices.towers: auto`) is checked by `stagegan.training.Trainer` before the first step runs.
+
+A run config (every key but `task`, `batch_size` and `stages` has a default):
+
+    name: mog-ring
+    seed: 0
+    deterministic: false
+    task: mog2d                  # built-in task name, or "package.module:factory"
+    data: {layout: ring}         # task options, checked by the task
+    model: {}
+    loss: {}
+    batch_size: 256              # the global batch, split evenly across towers
+    devices: {towers: 1, variables: /CPU:0}
+    optimizers: {g: {type: adam, learning_rate: 1.0e-4}}
+    stages: alternating          # a file in stages/, a path, or an inline list
+    checkpoint: {every: 1000, keep: 3}
+    log: {every: 100}
+"""
+
+import copy
+import dataclasses
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from stagegan.errors import ConfigError
+from stagegan.resources import builtin_names, find_yaml
+
+MODES = ("sequential", "simultaneous")
+OPTIMIZER_TYPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam", "lion")
+# The optimizer an update gets when it names none: private to that update (DCGAN's settings).
+DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
+
+TOP_LEVEL_DEFAULTS = {
+    "name": "run",
+    "seed": 0,
+    "deterministic": False,
+    "data": {},
+    "model": {},
+    "loss": {},
+    "devices": {"towers": 1, "variables": "/CPU:0"},
+    "optimizers": {},
+    "checkpoint": {"every": 1000, "keep": 3},
+    "log": {"every": 100},
+}
+REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
+STAGE_KEYS = ("name", "steps", "mode", "updates")
+UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
+STAGE_FILE_KEYS = ("description", "optimizers", "stages")
+
+
+# Records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One optimizer: its Keras type and constructor options (learning_rate, beta_1, ...)."""
+
+    type: str
+    options: tuple  # sorted (name, value) pairs
+
+    def kwargs(self):
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class Update:
+    """One update of a stage: which variables it trains, on which loss, with which optimizer.
+
+    Attributes:
+        name: a label for logs, unique within the stage.
+        train: glob patterns over Keras variable paths (`generator/*`).
+        loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms.
+        optimizer: key into `RunConfig.optimizers`.
+        repeat: how many times it runs per stage step (sequential mode only).
+        every: it runs only on stage steps divisible by `every`.
+        key: where it sits in the config, for error messages.
+    """
+
+    name: str
+    train: tuple
+    loss: tuple
+    optimizer: str
+    repeat: int
+    every: int
+    key: str
+
+    def is_active(self, stage_step):
+        """Whether this update runs on the given (0-based) step within its stage."""
+        return stage_step % self.every == 0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: `steps` stage steps, each running `updates` in `mode`."""
+
+    name: str
+    steps: int
+    mode: str
+    updates: tuple
+    key: str
+
+
+@dataclass(frozen=True)
+class DevicesConfig:
+    towers: object  # int, "auto", or a tuple of device names
+    variables: str
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int  # 0: only at stage ends and at the end of the run
+    keep: int
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    every: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole validated run config.
+
+    `optimizers` maps every optimizer key to its spec: the named ones from `optimizers:` that
+    some update uses (`shared` holds those), plus one private entry per update that gave an
+    inline spec or none (keyed by that update's config key).
+    """
+
+    name: str
+    seed: int
+    deterministic: bool
+    task: str
+    data: dict
+    model: dict
+    loss: dict
+    batch_size: int
+    devices: DevicesConfig
+    optimizers: dict
+    shared: frozenset
+    stages: tuple
+    checkpoint: CheckpointConfig
+    log: LogConfig
+    raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
+
+    @property
+    def total_steps(self):
+        return sum(stage.steps for stage in self.stages)
+
+    def to_yaml(self):
+        return yaml.safe_dump(self.raw, sort_keys=False, default_flow_style=None)
+
+
+# Loading ------------------------------------------------------------------------------------
+
+
+def read_yaml(path, key):
+    """Read a YAML file into a mapping; any problem is a ConfigError naming `key` and the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(key, f"file not found: {path}") from None
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        where = ""
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(key, f"broken YAML in {path}{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(key, f"{path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(path=None, overrides=()):
+    """Load, override and validate a run config.
+
+    Args:
+        path: a YAML file, a preset name from `configs/`, or None for `configs/default.yaml`.
+        overrides: `key.path=value` strings (values parsed as YAML), applied in order.
+
+    Returns:
+        A `RunConfig`.
+
+    Raises:
+        ConfigError: naming the key or file at fault.
+    """
+    name = "default" if path is None else path
+    found = find_yaml("configs", name)
+    if found is None:
+        raise ConfigError(
+            "--config",
+            f"no such file or preset: {name!r} (presets: {', '.join(builtin_names('configs'))})",
+        )
+    raw = read_yaml(found, "--config")
+    raw = apply_overrides(raw, overrides)
+    return parse_config(raw)
+
+
+def parse_config(raw):
+    """Validate a raw config mapping into a `RunConfig` (stage references resolved)."""
+    raw = copy.deepcopy(raw)
+    _check_keys(raw, tuple(TOP_LEVEL_DEFAULTS) + REQUIRED_TOP_LEVEL, "")
+    for key in REQUIRED_TOP_LEVEL:
+        if key not in raw:
+            raise ConfigError(key, "required key is missing")
+    file_optimizers = {}
+    if isinstance(raw["stages"], str):
+        raw["stages"], file_optimizers = _read_stage_file(raw["stages"])
+    resolved = {}
+    for key, default in TOP_LEVEL_DEFAULTS.items():
+        value = raw.get(key, copy.deepcopy(default))
+        if isinstance(default, dict) and key in ("devices", "checkpoint", "log"):
+            value = {**default, **_mapping(value, key)}
+        resolved[key] = value
+    resolved.update({key: raw[key] for key in REQUIRED_TOP_LEVEL})
+    resolved["optimizers"] = {**file_optimizers, **_mapping(resolved["optimizers"], "optimizers")}
+
+    name = _string(resolved["name"], "name")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ConfigError("name", f"must be letters, digits, '-', '_' or '.'. Received: {name!r}")
+    devices = _parse_devices(resolved["devices"])
+    batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
+    if not isinstance(devices.towers, str):
+        towers = devices.towers if isinstance(devices.towers, int) else len(devices.towers)
+        check_batch_divides(batch_size, towers)
+    named = {
+        key: _parse_optimizer(spec, f"optimizers.{key}")
+        for key, spec in resolved["optimizers"].items()
+    }
+    stages, optimizers, shared = _parse_stages(resolved["stages"], named)
+    checkpoint = resolved["checkpoint"]
+    _check_keys(checkpoint, ("every", "keep"), "checkpoint")
+    log = resolved["log"]
+    _check_keys(log, ("every",), "log")
+    task = _string(resolved["task"], "task")
+    # Keep only the named optimizers that are used, so the saved config stays honest.
+    resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
+    return RunConfig(
+        name=name,
+        seed=_integer(resolved["seed"], "seed", minimum=0),
+        deterministic=_boolean(resolved["deterministic"], "deterministic"),
+        task=task,
+        data=_mapping(resolved["data"], "data"),
+        model=_mapping(resolved["model"], "model"),
+        loss=_mapping(resolved["loss"], "loss"),
+        batch_size=batch_size,
+        devices=devices,
+        optimizers=optimizers,
+        shared=frozenset(shared),
+        stages=stages,
+        checkpoint=CheckpointConfig(
+            every=_integer(checkpoint["every"], "checkpoint.every", minimum=0),
+            keep=_integer(checkpoint["keep"], "checkpoint.keep", minimum=1),
+        ),
+        log=LogConfig(every=_integer(log["every"], "log.every", minimum=1)),
+        raw=resolved,
+    )
+
+
+def check_batch_divides(batch_size, towers):
+    """The global batch is split evenly across towers; anything else is a config error."""
+    if batch_size % towers:
+        raise ConfigError(
+            "batch_size",
+            f"{batch_size} does not divide evenly across {towers} towers "
+            f"(use a multiple of {towers})",
+        )
+
+
+# Overrides ----------------------------------------------------------------------------------
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def parse_key_path(path):
+    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']."""
+    parts = []
+    for piece in _INDEX.sub(r".\1", path).split("."):
+        if piece == "":
+            raise ConfigError("--set", f"malformed key path {path!r}")
+        parts.append(int(piece) if piece.isdigit() else piece)
+    return parts
+
+
+def format_key_path(parts):
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def apply_overrides(raw, overrides):
+    """Apply `key.path=value` overrides to a raw config (returns a new mapping).
+
+    A path that reaches into `stages` while it is still a file reference reads that file first,
+    so `--set stages[2].steps=100` works with `stages: glcic`.
+    """
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError("--set", f"expected key.path=value, got {item!r}")
+        path_text, value_text = item.split("=", 1)
+        parts = parse_key_path(path_text.strip())
+        try:
+            value = yaml.safe_load(value_text)
+        except yaml.YAMLError:
+            raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
+        if parts[0] == "stages" and len(parts) > 1 and isinstance(raw.get("stages"), str):
+            stages, file_optimizers = _read_stage_file(raw["stages"])
+            raw["stages"] = stages
+            raw["optimizers"] = {**file_optimizers, **(raw.get("optimizers") or {})}
+        node = raw
+        for depth, part in enumerate(parts[:-1]):
+            where = format_key_path(parts[: depth + 1])
+            if isinstance(part, int):
+                if not isinstance(node, list) or part >= len(node):
+                    raise ConfigError(where, f"--set: no such list item in {path_text!r}")
+                node = node[part]
+            else:
+                if not isinstance(node, dict):
+                    raise ConfigError(
+                        where, f"--set: {format_key_path(parts[:depth])} is not a mapping"
+                    )
+                if part not in node:
+                    default = TOP_LEVEL_DEFAULTS.get(part) if depth == 0 else None
+                    if not isinstance(default, dict):
+                        raise ConfigError(where, "--set: unknown key")
+                    node[part] = copy.deepcopy(default)
+                node = node[part]
+        last = parts[-1]
+        if isinstance(last, int):
+            if not isinstance(node, list) or last >= len(node):
+                raise ConfigError(path_text, "--set: no such list item")
+        elif not isinstance(node, dict):
+            raise ConfigError(path_text, "--set: parent is not a mapping")
+        node[last] = value
+    return raw
+
+
+# Pieces -------------------------------------------------------------------------------------
+
+
+def _read_stage_file(reference):
+    path = find_yaml("stages", reference)
+    if path is None:
+        raise ConfigError(
+            "stages",
+            f"no such stage file or built-in schedule: {reference!r} "
+            f"(built-in: {', '.join(builtin_names('stages'))})",
+        )
+    data = read_yaml(path, "stages")
+    _check_keys(data, STAGE_FILE_KEYS, f"stages ({path})")
+    if "stages" not in data:
+        raise ConfigError("stages", f"{path} has no 'stages' list")
+    return data["stages"], _mapping(data.get("optimizers", {}), f"optimizers ({path})")
+
+
+def _parse_devices(value):
+    devices = _mapping(value, "devices")
+    _check_keys(devices, ("towers", "variables"), "devices")
+    towers = devices["towers"]
+    if isinstance(towers, bool):
+        raise ConfigError(
+            "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
+        )
+    if isinstance(towers, int):
+        if towers < 1:
+            raise ConfigError("devices.towers", f"must be at least 1. Received: {towers}")
+    elif isinstance(towers, str):
+        if towers != "auto":
+            raise ConfigError(
+                "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
+            )
+    elif isinstance(towers, list):
+        if not towers or not all(isinstance(d, str) and d for d in towers):
+            raise ConfigError(
+                "devices.towers", f"must be a non-empty list of device names. Received: {towers!r}"
+            )
+        if len(set(towers)) != len(towers):
+            raise ConfigError("devices.towers", f"lists a device twice: {towers!r}")
+        towers = tuple(towers)
+    else:
+        raise ConfigError(
+            "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
+        )
+    return DevicesConfig(
+        towers=towers, variables=_string(devices["variables"], "devices.variables")
+    )
+
+
+def _parse_optimizer(spec, key):
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    spec = _mapping(spec, key)
+    kind = spec.get("type")
+    if kind is None:
+        raise ConfigError(f"{key}.type", "required key is missing")
+    if not isinstance(kind, str) or kind.lower() not in OPTIMIZER_TYPES:
+        raise ConfigError(
+            f"{key}.type", f"unknown optimizer {kind!r} (known: {', '.join(OPTIMIZER_TYPES)})"
+        )
+    options = {k: v for k, v in spec.items() if k != "type"}
+    for name, value in options.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"{key}.{name}", "not a valid option name")
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}.{name}", f"must be a scalar. Received: {value!r}")
+    if "learning_rate" in options:
+        _number(options["learning_rate"], f"{key}.learning_rate", positive=True)
+    return OptimizerSpec(type=kind.lower(), options=tuple(sorted(options.items())))
+
+
+def _parse_stages(value, named):
+    if not isinstance(value, list) or not value:
+        raise ConfigError("stages", f"must be a non-empty list of stages. Received: {value!r}")
+    stages, optimizers, shared, names = [], {}, set(), set()
+    for i, stage_raw in enumerate(value):
+        key = f"stages[{i}]"
+        stage_raw = _mapping(stage_raw, key)
+        _check_keys(stage_raw, STAGE_KEYS, key)
+        for required in ("name", "steps", "updates"):
+            if required not in stage_raw:
+                raise ConfigError(f"{key}.{required}", "required key is missing")
+        name = _string(stage_raw["name"], f"{key}.name")
+        if name in names:
+            raise ConfigError(f"{key}.name", f"stage name {name!r} is used twice")
+        names.add(name)
+        steps = _integer(stage_raw["steps"], f"{key}.steps", minimum=1)
+        mode = stage_raw.get("mode", "sequential")
+        if mode not in MODES:
+            raise ConfigError(
+                f"{key}.mode", f"must be one of {', '.join(MODES)}. Received: {mode!r}"
+            )
+        updates_raw = stage_raw["updates"]
+        if not isinstance(updates_raw, list) or not updates_raw:
+            raise ConfigError(f"{key}.updates", "must be a non-empty list of updates")
+        updates, update_names = [], set()
+        for j, update_raw in enumerate(updates_raw):
+            update = _parse_update(
+                update_raw, f"{key}.updates[{j}]", mode, named, optimizers, shared
+            )
+            if update.name in update_names:
+                update = dataclasses.replace(update, name=f"{update.name}{j}")
+            update_names.add(update.name)
+            updates.append(update)
+        stages.append(Stage(name=name, steps=steps, mode=mode, updates=tuple(updates), key=key))
+    return tuple(stages), optimizers, shared
+
+
+def _parse_update(value, key, mode, named, optimizers, shared):
+    update = _mapping(value, key)
+    _check_keys(update, UPDATE_KEYS, key)
+    for required in ("train", "loss"):
+        if required not in update:
+            raise ConfigError(f"{key}.{required}", "required key is missing")
+    train = update["train"]
+    if isinstance(train, str):
+        train = [train]
+    if not isinstance(train, list) or not train or not all(isinstance(p, str) and p for p in train):
+        raise ConfigError(
+            f"{key}.train", f"must be a pattern or a list of patterns. Received: {train!r}"
+        )
+    loss = update["loss"]
+    if isinstance(loss, str):
+        loss = {loss: 1.0}
+    loss = _mapping(loss, f"{key}.loss")
+    if not loss:
+        raise ConfigError(f"{key}.loss", "must name at least one loss term")
+    weights = tuple(
+        (str(term), _number(weight, f"{key}.loss.{term}")) for term, weight in loss.items()
+    )
+    repeat = _integer(update.get("repeat", 1), f"{key}.repeat", minimum=1)
+    every = _integer(update.get("every", 1), f"{key}.every", minimum=1)
+    if mode == "simultaneous" and repeat != 1:
+        raise ConfigError(
+            f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
+        )
+    spec = update.get("optimizer")
+    if isinstance(spec, str) and spec in named:
+        optimizer = spec  # named: state shared with every update that names it
+        optimizers[spec] = named[spec]
+        shared.add(spec)
+    elif isinstance(spec, str) and spec.lower() not in OPTIMIZER_TYPES:
+        known = ", ".join(sorted(named)) or "none"
+        raise ConfigError(
+            f"{key}.optimizer", f"unknown optimizer {spec!r} (named optimizers: {known})"
+        )
+    else:
+        optimizer = key  # inline or omitted: private to this update
+        optimizers[key] = _parse_optimizer(
+            DEFAULT_OPTIMIZER if spec is None else spec, f"{key}.optimizer"
+        )
+    default_name = train[0].split("/", 1)[0].strip("*?[]") or "update"
+    name = _string(update.get("name", default_name), f"{key}.name")
+    return Update(
+        name=name,
+        train=tuple(train),
+        loss=weights,
+        optimizer=optimizer,
+        repeat=repeat,
+        every=every,
+        key=key,
+    )
+
+
+def _check_keys(mapping, allowed, key):
+    for name in mapping:
+        if name not in allowed:
+            where = f"{key}.{name}" if key else str(name)
+            raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
+
+
+def _mapping(value, key):
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"must be a mapping. Received: {value!r}")
+    return value
+
+
+def _string(value, key):
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"must be a non-empty string. Received: {value!r}")
+    return value
+
+
+def _boolean(value, key):
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false. Received: {value!r}")
+    return value
+
+
+def _integer(value, key, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer. Received: {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, f"must be at least {minimum}. Received: {value}")
+    return value
+
+
+def _number(value, key, positive=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"must be a number. Received: {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(key, f"must be positive. Received: {value}")
+    return float(value)

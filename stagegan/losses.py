@@ -1,0 +1,125 @@
+"""The loss library: each loss is a small function of tensors, returning a scalar mean.
+
+Discriminator outputs are logits (unbounded reals). Adversarial losses come in pairs,
+`(d_loss(real_logits, fake_logits), g_loss(fake_logits))`, and are picked by name:
+
+    name             d_loss                                   g_loss
+    non_saturating   softplus(-D(x)) + softplus(D(G(z)))      softplus(-D(G(z)))
+    minimax          softplus(-D(x)) + softplus(D(G(z)))      -softplus(D(G(z)))
+    hinge            relu(1 - D(x)) + relu(1 + D(G(z)))       -D(G(z))
+    wasserstein      D(G(z)) - D(x)                           -D(G(z))
+    least_squares    ((D(x) - 1)^2 + D(G(z))^2) / 2           (D(G(z)) - 1)^2 / 2
+
+(softplus(-l) = -log sigmoid(l), so the first is the usual cross-entropy GAN loss.)
+"""
+
+import tensorflow as tf
+
+from stagegan.errors import ConfigError
+
+
+def _mean(x):
+    return tf.reduce_mean(tf.cast(x, tf.float32))
+
+
+def non_saturating_d(real, fake):
+    return _mean(tf.nn.softplus(-real)) + _mean(tf.nn.softplus(fake))
+
+
+def non_saturating_g(fake):
+    return _mean(tf.nn.softplus(-fake))
+
+
+def minimax_g(fake):
+    # minimises log(1 - sigmoid(D(G(z)))) = -softplus(D(G(z)))
+    return -_mean(tf.nn.softplus(fake))
+
+
+def hinge_d(real, fake):
+    return _mean(tf.nn.relu(1.0 - real)) + _mean(tf.nn.relu(1.0 + fake))
+
+
+def wasserstein_d(real, fake):
+    return _mean(fake) - _mean(real)
+
+
+def negated_g(fake):
+    return -_mean(fake)
+
+
+def least_squares_d(real, fake):
+    return 0.5 * (_mean(tf.square(real - 1.0)) + _mean(tf.square(fake)))
+
+
+def least_squares_g(fake):
+    return 0.5 * _mean(tf.square(fake - 1.0))
+
+
+ADVERSARIAL = {
+    "non_saturating": (non_saturating_d, non_saturating_g),
+    "minimax": (non_saturating_d, minimax_g),
+    "hinge": (hinge_d, negated_g),
+    "wasserstein": (wasserstein_d, negated_g),
+    "least_squares": (least_squares_d, least_squares_g),
+}
+
+
+def adversarial(name, key="loss.adversarial"):
+    """The `(d_loss, g_loss)` pair called `name`."""
+    if name not in ADVERSARIAL:
+        raise ConfigError(
+            key, f"unknown adversarial loss {name!r} (known: {', '.join(ADVERSARIAL)})"
+        )
+    return ADVERSARIAL[name]
+
+
+# Penalties -----------------------------------------------------------------------------------
+
+
+def _input_gradients(discriminator, inputs):
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        logits = discriminator(inputs)
+    grads = tape.gradient(logits, inputs)
+    return tf.reshape(grads, [tf.shape(grads)[0], -1])
+
+
+def gradient_penalty(discriminator, real, fake, epsilon):
+    """WGAN-GP (Gulrajani et al. 2017): mean over x^ of (||dD(x^)/dx^||_2 - 1)^2.
+
+    Args:
+        discriminator: `inputs -> logits`.
+        real, fake: batches of the same shape.
+        epsilon: interpolation weights, shape [batch] (drawn with the global batch's random
+            inputs, so the penalty does not depend on the number of towers).
+    """
+    shape = [-1] + [1] * (len(real.shape) - 1)
+    epsilon = tf.reshape(tf.cast(epsilon, real.dtype), shape)
+    mixed = real + epsilon * (tf.stop_gradient(fake) - real)
+    grads = _input_gradients(discriminator, mixed)
+    norms = tf.sqrt(tf.reduce_sum(tf.square(grads), axis=1) + 1e-12)
+    return _mean(tf.square(norms - 1.0))
+
+
+def r1_penalty(discriminator, real):
+    """R1 (Mescheder et al. 2018): mean over real x of ||dD(x)/dx||^2. Weight it by gamma / 2."""
+    grads = _input_gradients(discriminator, real)
+    return _mean(tf.reduce_sum(tf.square(grads), axis=1))
+
+
+# Reconstruction ------------------------------------------------------------------------------
+
+
+def _masked_mean(values, mask):
+    mask = tf.cast(tf.broadcast_to(mask, tf.shape(values)), values.dtype)
+    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def masked_l1(target, output, mask):
+    """Mean absolute error over the elements where `mask` is 1 (broadcast over channels)."""
+    return _masked_mean(tf.abs(tf.cast(output, tf.float32) - tf.cast(target, tf.float32)), mask)
+
+
+def masked_l2(target, output, mask):
+    """Mean squared error over the elements where `mask` is 1 (broadcast over channels)."""
+    return _masked_mean(tf.square(tf.cast(output, tf.float32) - tf.cast(target, tf.float32)), mask)

@@ -1,0 +1,61 @@
+"""`stagegan plan`: what each stage and update will train, shown before training."""
+
+from stagegan.optimizers import describe
+from stagegan.variables import count_parameters, scope_of
+
+
+def describe_plan(trainer):
+    """A human-readable plan of a built and traced `Trainer`."""
+    config, schedule = trainer.config, trainer.schedule
+    towers = trainer.devices.towers
+    per_tower = config.batch_size // len(towers)
+    lines = [
+        f"run {config.name}: task {config.task}, seed {config.seed}, "
+        f"{len(config.stages)} stages, {schedule.total_steps} steps",
+        f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
+        f"({per_tower} per tower); variables and optimizer state on {trainer.devices.variables}",
+    ]
+    scopes = {}
+    for variable in trainer.variables:
+        scopes.setdefault(scope_of(variable), []).append(variable)
+    lines.append(
+        "scopes: "
+        + ", ".join(
+            f"{scope}/ ({len(vs)} variables, {count_parameters(vs):,} parameters)"
+            for scope, vs in scopes.items()
+        )
+    )
+    users = {}
+    for stage in config.stages:
+        for update in stage.updates:
+            users.setdefault(update.optimizer, []).append(f"{stage.name}/{update.name}")
+    for index, stage_step in enumerate(trainer.stage_steps):
+        stage = stage_step.stage
+        first = schedule.starts[index]
+        lines.append("")
+        lines.append(
+            f"stage {index} {stage.name!r}: {stage.steps} steps "
+            f"(global {first}..{first + stage.steps - 1}), mode {stage.mode}"
+        )
+        for plan in stage_step.plans:
+            update = plan.update
+            loss = " + ".join(f"{w:g}*{t}" for t, w in update.loss)
+            lines.append(
+                f"  update {update.name!r}: train {', '.join(update.train)}; loss {loss}; "
+                f"repeat {update.repeat}, every {update.every}"
+            )
+            spec = config.optimizers[update.optimizer]
+            if plan.shared:
+                sharing = f"shared {update.optimizer!r} with {', '.join(users[update.optimizer])}"
+            else:
+                sharing = "private"
+            lines.append(f"    optimizer: {describe(spec)}, {sharing}")
+            lines.append(
+                f"    variables: {len(plan.variables)} "
+                f"({count_parameters(plan.variables):,} parameters)"
+            )
+            dropped = stage_step.dropped.get(update.name, [])
+            lines.append(
+                "    no gradient (dropped): " + (", ".join(dropped) if dropped else "none")
+            )
+    return "\n".join(lines)

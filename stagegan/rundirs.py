@@ -1,0 +1,47 @@
+"""Run folders: auto-numbered under `runs/`, never overwritten."""
+
+import re
+from pathlib import Path
+
+from stagegan.errors import ConfigError
+
+_NUMBERED = re.compile(r"^(\d{5})-")
+
+
+def check_new_run_dir(path):
+    """Refuse a run folder that already holds something."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(
+            "--run-dir",
+            f"{path} already exists and is not empty; a run folder is never overwritten "
+            "(pick another folder, or continue that run with --resume)",
+        )
+
+
+def create_run_dir(path=None, root="runs", name="run"):
+    """Create the run folder: `path` if given, else the next `root/NNNNN-name`."""
+    try:
+        if path is not None:
+            path = Path(path)
+            check_new_run_dir(path)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        while True:
+            numbers = [int(m.group(1)) for p in root.iterdir() if (m := _NUMBERED.match(p.name))]
+            candidate = root / f"{max(numbers, default=-1) + 1:05d}-{name}"
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue  # another run took that number meanwhile
+    except PermissionError as e:
+        raise ConfigError(
+            "--run-dir", f"cannot create run folder {e.filename}: permission denied"
+        ) from None
+    except OSError as e:
+        raise ConfigError(
+            "--run-dir", f"cannot create run folder {e.filename}: {e.strerror}"
+        ) from None

@@ -1,0 +1,204 @@
+"""Stage step functions: one `tf.function` per stage, traced once, whatever order stages run in.
+
+A stage step runs the stage's updates:
+
+* `sequential`: the updates run one after another, each drawing its own global batch.
+  `repeat: k` runs an update k times per stage step (unrolled: k batches, k applies);
+  `every: n` runs it only on stage steps divisible by n (a `tf.cond`, so no retracing).
+* `simultaneous`: one global batch and one forward pass per tower; every update's loss is
+  differentiated with respect to its own variables, and all updates are applied together
+  after all gradients are computed.
+
+The step takes the stage step as an int64 tensor, so one trace serves every step.
+"""
+
+import logging
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from stagegan.errors import ConfigError
+from stagegan.towers import (
+    average_gradients,
+    average_terms,
+    split_batch,
+    tower_gradients,
+    weighted_loss,
+)
+
+log = logging.getLogger("stagegan")
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """An update bound to real objects: its matched variables and its built optimizer."""
+
+    update: object  # config.Update
+    variables: tuple
+    optimizer: object
+    shared: bool
+
+    @property
+    def terms(self):
+        return tuple(term for term, _ in self.update.loss)
+
+    def metric_names(self):
+        names = [f"{self.update.name}/{term}" for term in self.terms]
+        if len(self.terms) > 1:
+            names.append(f"{self.update.name}/loss")
+        names.append(f"{self.update.name}/grad_norm")
+        return names
+
+
+class StageStep:
+    """The compiled step of one stage.
+
+    Args:
+        stage: the `config.Stage` record.
+        plans: one `UpdatePlan` per update, in order.
+        draw_batch: `() -> dict`, one global batch (real data and random inputs), drawn on the
+            variable device so the draw does not depend on the number of towers.
+        compute_terms: `(shard, terms) -> {term: scalar}`, one tower's forward pass.
+        devices: `towers.Devices`.
+        global_step: the run's int64 step counter, incremented by every stage step.
+    """
+
+    def __init__(self, stage, plans, draw_batch, compute_terms, devices, global_step):
+        self.stage = stage
+        self.plans = tuple(plans)
+        self.draw_batch = draw_batch
+        self.compute_terms = compute_terms
+        self.devices = devices
+        self.global_step = global_step
+        self.trace_count = 0
+        self.dropped = {}  # update name -> paths of variables with no gradient
+        self.problems = []  # ConfigErrors found while tracing, raised by `trace`
+        self.function = tf.function(self._step)
+
+    def __call__(self, stage_step):
+        """Run stage step `stage_step` (an int); returns `{metric: scalar tensor}`."""
+        return self.function(tf.constant(stage_step, tf.int64))
+
+    def trace(self):
+        """Trace now (once), so config problems that only tracing reveals surface up front."""
+        self.function.get_concrete_function(tf.TensorSpec([], tf.int64))
+        if self.problems:
+            raise self.problems[0]
+
+    def batches_per_step(self, stage_step):
+        """How many global batches stage step `stage_step` draws (for examples/sec)."""
+        active = [p.update for p in self.plans if p.update.is_active(stage_step)]
+        if self.stage.mode == "simultaneous":
+            return 1 if active else 0
+        return sum(update.repeat for update in active)
+
+    # Traced code ----------------------------------------------------------------------------
+
+    def _step(self, stage_step):
+        self.trace_count += 1
+        metrics = {}
+        if self.stage.mode == "sequential":
+            for plan in self.plans:
+                run = lambda plan=plan: self._run_sequential(plan)
+                metrics.update(self._maybe(plan, stage_step, run))
+        else:
+            metrics.update(self._run_simultaneous(stage_step))
+        with tf.device(self.devices.variables):
+            self.global_step.assign_add(1)
+        return metrics
+
+    def _maybe(self, plan, stage_step, run):
+        """Run `run` on active steps only; inactive steps report NaN metrics."""
+        if plan.update.every == 1:
+            return run()
+        skipped = lambda: {name: tf.constant(float("nan")) for name in plan.metric_names()}
+        active = tf.equal(stage_step % plan.update.every, 0)
+        return tf.cond(active, run, skipped)
+
+    def _run_sequential(self, plan):
+        metrics = None
+        for _ in range(plan.update.repeat):
+            with tf.device(self.devices.variables):
+                batch = self.draw_batch()
+            results = self._towers([plan], batch)
+            gradients, metrics = self._reduce(plan, 0, results)
+            with tf.device(self.devices.variables):
+                plan.optimizer.apply_gradients(gradients)
+        return metrics
+
+    def _run_simultaneous(self, stage_step):
+        with tf.device(self.devices.variables):
+            batch = self.draw_batch()
+        results = self._towers(self.plans, batch)
+        metrics, applies = {}, []
+        for k, plan in enumerate(self.plans):
+            gradients, update_metrics = self._reduce(plan, k, results)
+            metrics.update(update_metrics)
+            applies.append((plan, gradients))
+        # All gradients above come from the same pre-update weights; now apply them all.
+        for plan, gradients in applies:
+            apply = lambda plan=plan, gradients=gradients: self._apply(plan, gradients)
+            if plan.update.every == 1:
+                apply()
+            else:
+                active = tf.equal(stage_step % plan.update.every, 0)
+                tf.cond(active, apply, lambda: tf.constant(False))
+                nan = tf.constant(float("nan"))
+                for name in plan.metric_names():
+                    metrics[name] = tf.where(active, metrics[name], nan)
+        return metrics
+
+    def _apply(self, plan, gradients):
+        with tf.device(self.devices.variables):
+            plan.optimizer.apply_gradients(gradients)
+        return tf.constant(True)
+
+    def _towers(self, plans, batch):
+        terms = tuple(dict.fromkeys(term for plan in plans for term in plan.terms))
+        shards = split_batch(batch, len(self.devices.towers))
+        compute = lambda shard: self._compute_terms(shard, terms)
+        updates = [(plan.update.loss, plan.variables) for plan in plans]
+        return tower_gradients(compute, updates, shards, self.devices.towers)
+
+    def _compute_terms(self, shard, terms):
+        values = self.compute_terms(shard, terms)
+        missing = [t for t in terms if t not in values]
+        if missing:
+            raise RuntimeError(f"task returned no value for loss terms {missing}")
+        return {t: tf.cast(values[t], tf.float32) for t in terms}
+
+    def _reduce(self, plan, k, results):
+        """Average update k's gradients over towers (None dropped) and collect its metrics."""
+        with tf.device(self.devices.variables):
+            pairs, dropped = average_gradients([r.gradients[k] for r in results], plan.variables)
+            terms = average_terms([{t: r.terms[t] for t in plan.terms} for r in results])
+        update = plan.update
+        if dropped and update.name not in self.dropped:
+            paths = [v.path for v in dropped]
+            self.dropped[update.name] = paths
+            log.info(
+                "stage %r, update %r: %d variable(s) get no gradient from loss %s and are "
+                "left unchanged: %s",
+                self.stage.name,
+                update.name,
+                len(paths),
+                "+".join(plan.terms),
+                ", ".join(paths),
+            )
+        self.dropped.setdefault(update.name, [])
+        if not pairs:
+            loss = ", ".join(f"{t}: {w:g}" for t, w in update.loss)
+            self.problems.append(
+                ConfigError(
+                    update.key,
+                    f"no variable gets a gradient from loss {{{loss}}} in stage "
+                    f"{self.stage.name!r}, update {update.name!r}: the loss does not depend "
+                    f"on {', '.join(update.train)}",
+                )
+            )
+            pairs = [(tf.zeros_like(v), v) for v in plan.variables]
+        metrics = {f"{update.name}/{term}": value for term, value in terms.items()}
+        if len(terms) > 1:
+            metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
+        metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm([g for g, _ in pairs])
+        return pairs, metrics

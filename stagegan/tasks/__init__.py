@@ -1,0 +1,47 @@
+"""Task registry: built-in tasks by name, or any `package.module:factory` path.
+
+A factory is called as `factory(options, rngs)` and returns a `stagegan.tasks.base.Task`;
+a Task subclass is itself such a factory.
+"""
+
+import importlib
+
+from stagegan.errors import ConfigError
+
+BUILTIN = {
+    "mog2d": "stagegan.tasks.mog2d:Mog2D",
+}
+
+
+def load_object(path, key):
+    """Import `package.module:attribute`; errors name `key`."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(key, f"cannot import module {module_name!r}: {e}") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(key, f"module {module_name!r} has no attribute {attribute!r}") from None
+
+
+def make_task(name, options, rngs):
+    """Build the task `name` (built-in or `package.module:factory`)."""
+    if ":" in name:
+        factory = load_object(name, "task")
+    elif name in BUILTIN:
+        factory = load_object(BUILTIN[name], "task")
+    else:
+        raise ConfigError(
+            "task",
+            f"unknown task {name!r} (built-in: {', '.join(sorted(BUILTIN))}; "
+            "or give 'package.module:factory')",
+        )
+    task = factory(options, rngs)
+    for method in ("build", "batch", "losses", "sample"):
+        if not callable(getattr(task, method, None)):
+            raise ConfigError("task", f"{name!r} returned an object without a {method}() method")
+    return task

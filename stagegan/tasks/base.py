@@ -1,0 +1,158 @@
+"""The task interface: what the trainer needs from a GAN.
+
+A task builds its networks, draws batches, computes named loss terms for one tower's shard of
+a batch, and produces samples. The trainer never looks inside the networks; it only trains the
+variables that a stage's patterns select.
+
+    class MyTask(Task):
+        loss_terms = ("d_loss", "g_loss")
+        defaults = {"data": {...}, "model": {...}, "loss": {}}
+
+        def build(self):                     # called under the variable device
+            with keras.name_scope("generator"):
+                ...
+            return {"generator": g, "discriminator": d}
+
+        def real_batch(self, batch_size):    # the real examples of one global batch
+            ...
+        def random_inputs(self, batch_size): # noise, masks: draw from self.rngs.noise
+            ...
+        def losses(self, batch, terms):      # one tower's shard -> {term: scalar}
+            ...
+        def sample(self, inputs):            # inputs from random_inputs -> outputs
+            ...
+"""
+
+import copy
+
+import tensorflow as tf
+
+from stagegan.errors import ConfigError
+
+# Philox counters of the random streams. Streams share the run seed as their key and start
+# 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
+# `from_seed(s)` shifted by one block: seeds that differ by 1 would share their numbers.)
+DATA_STREAM, NOISE_STREAM = 0, 1
+
+
+class RandomStreams:
+    """The run's stateful random generators, checkpointed with everything else.
+
+    `data` draws generated datasets and shuffles; `noise` draws latents and masks. Both are
+    drawn for the whole global batch, before it is split across towers, so the same seed gives
+    the same training whatever the number of towers.
+    """
+
+    def __init__(self, seed):
+        self.data = make_generator(seed, DATA_STREAM)
+        self.noise = make_generator(seed, NOISE_STREAM)
+
+    def trackables(self):
+        return {"rng_data": self.data, "rng_noise": self.noise}
+
+
+def make_generator(seed, stream):
+    """The philox generator of one stream of run seed `seed`."""
+    return tf.random.Generator.from_key_counter(key=seed, counter=[0, stream], alg="philox")
+
+
+class Task:
+    """Base class of tasks. See the module docstring for the interface.
+
+    Args:
+        options: `{"data": {...}, "model": {...}, "loss": {...}}` from the run config; merged
+            over `defaults` and checked (unknown keys and wrong types are config errors).
+        rngs: the run's `RandomStreams`.
+    """
+
+    name = "task"
+    loss_terms = ()
+    defaults = {"data": {}, "model": {}, "loss": {}}
+
+    def __init__(self, options, rngs):
+        self.rngs = rngs
+        self.options = merge_options(options, self.defaults)
+        self.data = self.options["data"]
+        self.model = self.options["model"]
+        self.loss = self.options["loss"]
+        self.networks = {}
+
+    def build(self):
+        """Build the networks; returns `{scope: keras.Model}`."""
+        raise NotImplementedError
+
+    def real_batch(self, batch_size):
+        """One global batch of real examples: `{name: tensor}`."""
+        raise NotImplementedError
+
+    def random_inputs(self, batch_size):
+        """The random inputs of one global batch (latents, masks): `{name: tensor}`."""
+        return {}
+
+    def batch(self, batch_size):
+        """Everything one update application consumes: real examples and random inputs."""
+        return {**self.real_batch(batch_size), **self.random_inputs(batch_size)}
+
+    def losses(self, batch, terms):
+        """Loss terms on one tower's shard. Must return at least the requested `terms`."""
+        raise NotImplementedError
+
+    def sample(self, inputs):
+        """Generator outputs for `inputs` (as drawn by `random_inputs`)."""
+        raise NotImplementedError
+
+    def trackables(self):
+        """Extra objects to checkpoint (e.g. a data iterator)."""
+        return {}
+
+
+def merge_options(options, defaults):
+    """Merge the config's task options over `defaults`, checking names and types.
+
+    A default of None accepts any value; a float default accepts ints; otherwise the value must
+    have the default's type.
+    """
+    merged = {}
+    for section, section_defaults in defaults.items():
+        given = options.get(section) or {}
+        for key, value in given.items():
+            if key not in section_defaults:
+                known = ", ".join(section_defaults) or "none"
+                raise ConfigError(f"{section}.{key}", f"unknown key (known: {known})")
+            default = section_defaults[key]
+            if default is None or value is None:
+                continue
+            if isinstance(default, bool) or isinstance(value, bool):
+                ok = isinstance(default, bool) and isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, (int, float))
+            else:
+                ok = isinstance(value, type(default))
+            if not ok:
+                raise ConfigError(
+                    f"{section}.{key}",
+                    f"must be {type(default).__name__}. Received: {value!r}",
+                )
+        merged[section] = {**copy.deepcopy(section_defaults), **given}
+    for section in options:
+        if section not in defaults and options[section]:
+            raise ConfigError(section, f"task takes no {section!r} options")
+    return merged
+
+
+def choice(options, section, key, allowed):
+    """Check that `options[key]` is one of `allowed`; returns it."""
+    value = options[key]
+    if value not in allowed:
+        raise ConfigError(
+            f"{section}.{key}",
+            f"must be one of {', '.join(map(str, allowed))}. Received: {value!r}",
+        )
+    return value
+
+
+def positive(options, section, key):
+    value = options[key]
+    if value <= 0:
+        raise ConfigError(f"{section}.{key}", f"must be positive. Received: {value!r}")
+    return value

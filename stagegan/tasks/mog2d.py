@@ -1,0 +1,88 @@
+"""mog2d: a mixture of 2-D Gaussians, the classic mode-collapse test bed.
+
+Layouts: `ring`, 8 modes on the unit circle (std 0.01); `grid`, 25 modes at {-4,-2,0,2,4}^2
+(std 0.05). Points are generated in-graph from the run's data stream, so the data position is
+part of the checkpointed random state. The generator and discriminator are MLPs.
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from stagegan import losses
+from stagegan.errors import ConfigError
+from stagegan.tasks.base import Task, choice, positive
+
+LAYOUT_STD = {"ring": 0.01, "grid": 0.05}
+
+
+def mode_centres(layout):
+    """The (modes, 2) array of mixture centres of a layout."""
+    if layout == "ring":
+        angles = 2 * math.pi * np.arange(8) / 8
+        return np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    values = np.array([-4.0, -2.0, 0.0, 2.0, 4.0], np.float32)
+    return np.array([(x, y) for x in values for y in values], np.float32)
+
+
+def mlp(scope, inputs, hidden, layers, outputs):
+    with keras.name_scope(scope):
+        x = keras.Input((inputs,))
+        h = x
+        for i in range(layers):
+            h = keras.layers.Dense(hidden, activation="relu", name=f"hidden{i}")(h)
+        y = keras.layers.Dense(outputs, name="out")(h)
+        return keras.Model(x, y, name=scope)
+
+
+class Mog2D(Task):
+    name = "mog2d"
+    loss_terms = ("d_loss", "g_loss")
+    defaults = {
+        "data": {"layout": "ring", "std": None},
+        "model": {"latent_dim": 16, "hidden": 128, "layers": 3},
+        "loss": {"adversarial": "non_saturating"},
+    }
+
+    def __init__(self, options, rngs):
+        super().__init__(options, rngs)
+        layout = choice(self.data, "data", "layout", tuple(LAYOUT_STD))
+        std = self.data["std"] if self.data["std"] is not None else LAYOUT_STD[layout]
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0:
+            raise ConfigError("data.std", f"must be a positive number. Received: {std!r}")
+        for key in ("latent_dim", "hidden", "layers"):
+            positive(self.model, "model", key)
+        self.centres = tf.constant(mode_centres(layout))
+        self.std = float(std)
+        self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+
+    def build(self):
+        m = self.model
+        self.generator = mlp("generator", m["latent_dim"], m["hidden"], m["layers"], 2)
+        self.discriminator = mlp("discriminator", 2, m["hidden"], m["layers"], 1)
+        self.networks = {"generator": self.generator, "discriminator": self.discriminator}
+        return self.networks
+
+    def real_batch(self, batch_size):
+        rng = self.rngs.data
+        modes = rng.uniform([batch_size], 0, len(self.centres), dtype=tf.int32)
+        noise = rng.normal([batch_size, 2], stddev=self.std)
+        return {"x": tf.gather(self.centres, modes) + noise}
+
+    def random_inputs(self, batch_size):
+        return {"z": self.rngs.noise.normal([batch_size, self.model["latent_dim"]])}
+
+    def losses(self, batch, terms):
+        fake_logits = self.discriminator(self.generator(batch["z"], training=True), training=True)
+        out = {}
+        if "d_loss" in terms:
+            real_logits = self.discriminator(batch["x"], training=True)
+            out["d_loss"] = self.d_loss(real_logits, fake_logits)
+        if "g_loss" in terms:
+            out["g_loss"] = self.g_loss(fake_logits)
+        return out
+
+    def sample(self, inputs):
+        return self.generator(inputs["z"], training=False)
