@@ -159,11 +159,34 @@ class RunConfig:
 # Loading ------------------------------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-4` as a float (YAML 1.1 needs `1.0e-4`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text):
+    """Parse YAML text with stagegan's loader."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path, key):
     """Read a YAML file into a mapping; any problem is a ConfigError naming `key` and the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml_load(f)
     except FileNotFoundError:
         raise ConfigError(key, f"file not found: {path}") from None
     except OSError as e:
@@ -313,7 +336,7 @@ def apply_overrides(raw, overrides):
         path_text, value_text = item.split("=", 1)
         parts = parse_key_path(path_text.strip())
         try:
-            value = yaml.safe_load(value_text)
+            value = yaml_load(value_text)
         except yaml.YAMLError:
             raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
         if parts[0] == "stages" and len(parts) > 1 and isinstance(raw.get("stages"), str):

@@ -77,13 +77,27 @@ class StageStep:
 
     def __call__(self, stage_step):
         """Run stage step `stage_step` (an int); returns `{metric: scalar tensor}`."""
+        if not self.trace_count:
+            self.trace()
         return self.function(tf.constant(stage_step, tf.int64))
 
     def trace(self):
-        """Trace now (once), so config problems that only tracing reveals surface up front."""
+        """Trace now (once): logs dropped variables, raises what tracing found wrong."""
         self.function.get_concrete_function(tf.TensorSpec([], tf.int64))
         if self.problems:
             raise self.problems[0]
+        for plan in self.plans:
+            paths = self.dropped.get(plan.update.name)
+            if paths:
+                log.info(
+                    "stage %r, update %r: %d variable(s) get no gradient from loss %s and are "
+                    "left unchanged: %s",
+                    self.stage.name,
+                    plan.update.name,
+                    len(paths),
+                    "+".join(plan.terms),
+                    ", ".join(paths),
+                )
 
     def batches_per_step(self, stage_step):
         """How many global batches stage step `stage_step` draws (for examples/sec)."""
@@ -173,19 +187,7 @@ class StageStep:
             pairs, dropped = average_gradients([r.gradients[k] for r in results], plan.variables)
             terms = average_terms([{t: r.terms[t] for t in plan.terms} for r in results])
         update = plan.update
-        if dropped and update.name not in self.dropped:
-            paths = [v.path for v in dropped]
-            self.dropped[update.name] = paths
-            log.info(
-                "stage %r, update %r: %d variable(s) get no gradient from loss %s and are "
-                "left unchanged: %s",
-                self.stage.name,
-                update.name,
-                len(paths),
-                "+".join(plan.terms),
-                ", ".join(paths),
-            )
-        self.dropped.setdefault(update.name, [])
+        self.dropped[update.name] = [v.path for v in dropped]  # logged by `trace`
         if not pairs:
             loss = ", ".join(f"{t}: {w:g}" for t, w in update.loss)
             self.problems.append(

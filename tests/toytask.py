@@ -1,0 +1,62 @@
+"""A tiny GAN for tests, used through the `package.module:factory` path like a user's task.
+
+G: z (2) -> Dense(3, tanh) -> Dense(2).  D: x (2) -> Dense(4, tanh) -> Dense(1).
+Real data: N((1, -1), 0.5^2). Loss terms:
+    d_loss = mean softplus(-D(x)) + mean softplus(D(stop_gradient(G(z))))
+    g_loss = mean softplus(-D(G(z)))
+d_loss stops the gradient into G, so a pattern over both networks leaves G's gradient None.
+Options: model.batchnorm puts a BatchNormalization layer first in D.
+"""
+
+import keras
+import tensorflow as tf
+
+from stagegan.tasks.base import Task
+
+
+class ToyTask(Task):
+    name = "toy"
+    loss_terms = ("d_loss", "g_loss")
+    defaults = {"data": {"mean": 1.0}, "model": {"batchnorm": False}, "loss": {}}
+
+    def build(self):
+        with keras.name_scope("generator"):
+            z = keras.Input((2,))
+            h = keras.layers.Dense(3, activation="tanh", name="hidden")(z)
+            self.generator = keras.Model(z, keras.layers.Dense(2, name="out")(h))
+        with keras.name_scope("discriminator"):
+            x = keras.Input((2,))
+            h = x
+            if self.model["batchnorm"]:
+                h = keras.layers.BatchNormalization(name="bn")(h)
+            h = keras.layers.Dense(4, activation="tanh", name="hidden")(h)
+            self.discriminator = keras.Model(x, keras.layers.Dense(1, name="out")(h))
+        self.networks = {"generator": self.generator, "discriminator": self.discriminator}
+        return self.networks
+
+    def real_batch(self, batch_size):
+        mean = tf.constant([self.data["mean"], -self.data["mean"]])
+        return {"x": mean + 0.5 * self.rngs.data.normal([batch_size, 2])}
+
+    def random_inputs(self, batch_size):
+        return {"z": self.rngs.noise.normal([batch_size, 2])}
+
+    def losses(self, batch, terms):
+        fake = self.generator(batch["z"], training=True)
+        out = {}
+        if "d_loss" in terms:
+            real_logits = self.discriminator(batch["x"], training=True)
+            fake_logits = self.discriminator(tf.stop_gradient(fake), training=True)
+            out["d_loss"] = tf.reduce_mean(tf.nn.softplus(-real_logits)) + tf.reduce_mean(
+                tf.nn.softplus(fake_logits)
+            )
+        if "g_loss" in terms:
+            out["g_loss"] = tf.reduce_mean(tf.nn.softplus(-self.discriminator(fake, training=True)))
+        return out
+
+    def sample(self, inputs):
+        return self.generator(inputs["z"], training=False)
+
+
+def factory(options, rngs):
+    return ToyTask(options, rngs)
