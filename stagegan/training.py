@@ -117,8 +117,14 @@ class Trainer:
         return optimizers
 
     def trackables(self):
-        """The objects a checkpoint holds, by stable names."""
+        """The objects a checkpoint holds, by stable names.
+
+        Every network variable is also listed at the top level under its Keras path with `:`
+        for `/` (`generator:hidden:kernel`). TensorFlow stores a variable under its shortest
+        object path, so this keeps checkpoint keys readable (`tf.train.list_variables`).
+        """
         objects = {"global_step": self.global_step}
+        objects.update({v.path.replace("/", ":"): v for v in self.variables})
         objects.update({f"network_{scope}": net for scope, net in self.networks.items()})
         objects.update({f"optimizer_{slug(key)}": opt for key, opt in self.optimizers.items()})
         objects.update(self.rngs.trackables())

@@ -1,0 +1,253 @@
+"""The command line, through real subprocesses: train, plan, run folders, errors, packaging."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--set",
+    "stages=three_phase",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "model={latent_dim: 4, hidden: 16, layers: 1}",
+    "--set",
+    "stages[0].steps=3",
+    "--set",
+    "stages[1].steps=4",
+    "--set",
+    "stages[1].updates[0].repeat=2",
+    "--set",
+    "stages[2].steps=5",
+    "--set",
+    "checkpoint={every: 2, keep: 1}",
+    "--set",
+    "log.every=2",
+]
+
+
+def stagegan(*args, cwd=ROOT, env=None):
+    environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "stagegan", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_user_error(result, *words):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("stagegan: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    result = stagegan("train", "--config", "mog_ring", "--run-dir", str(run_dir), *TINY)
+    assert result.returncode == 0, result.stderr
+    return run_dir, result
+
+
+def test_train_logs_stages_steps_and_throughput(run):
+    _, result = run
+    out = result.stdout
+    assert "stage 1/3 'generator_only': sequential, 3 steps" in out
+    assert "stage 3/3 'joint': simultaneous, 5 steps" in out
+    line = next(s for s in out.splitlines() if s.startswith("[joint] step 12/12"))
+    assert "(stage 5/5)" in line and "discriminator/d_loss=" in line and "generator/g_loss=" in line
+    assert "ex/s" in line and "s/step" in line
+    assert result.stderr.strip() == ""
+
+
+def test_run_folder_holds_resolved_config_and_checkpoints(run):
+    run_dir, _ = run
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["stages"][1]["updates"][0]["repeat"] == 2  # stages inlined, overrides applied
+    index = yaml.safe_load((run_dir / "checkpoints" / "index.json").read_text())["checkpoints"]
+    # Every 2 steps (keep 1), plus every stage end, plus the end of the run.
+    assert [(e["step"], e["tags"]) for e in index] == [
+        (3, ["stage_end:generator_only"]),
+        (7, ["stage_end:discriminator_only"]),
+        (10, ["periodic"]),
+        (12, ["final", "stage_end:joint"]),
+    ]
+    leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert not any(
+        name.startswith(("ckpt-00000002", "ckpt-00000004", "ckpt-00000008")) for name in leftovers
+    )
+
+
+def test_checkpoint_counters_match_the_schedule(run):
+    run_dir, _ = run
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-00000012"))
+    value = lambda name: int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert value("global_step") == 12
+    # d: 4 steps x repeat 2 in discriminator_only, then 5 joint steps; g: 5 joint steps.
+    assert value("optimizer_d/_iterations") == 4 * 2 + 5
+    assert value("optimizer_g/_iterations") == 5
+    # The generator_only stage had a private optimizer: 3 steps.
+    assert value("optimizer_stages_0_updates_0/_iterations") == 3
+
+
+def test_stage_end_checkpoints_show_isolation(run):
+    run_dir, _ = run
+    after_g = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-00000003"))
+    after_d = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-00000007"))
+    listed = tf.train.list_variables(str(run_dir / "checkpoints" / "ckpt-00000003"))
+    names = [n for n, _ in listed if n.startswith("generator:")]
+    assert len(names) == 4  # hidden0 and out, kernel and bias each
+    for name in names:  # the discriminator-only stage left every generator weight alone
+        assert (after_g.get_tensor(name) == after_d.get_tensor(name)).all(), name
+
+
+def test_existing_run_folder_is_never_overwritten(run):
+    run_dir, _ = run
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    result = stagegan("train", "--config", "mog_ring", "--run-dir", str(run_dir), *TINY)
+    assert_user_error(result, "--run-dir", "already exists")
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+
+
+def test_runs_are_numbered_under_runs(tmp_path):
+    args = ["train", "--config", "mog_ring", *TINY, "--set", "stages[2].steps=1"]
+    for _ in range(2):
+        assert stagegan(*args, cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "00000-mog-ring",
+        "00001-mog-ring",
+    ]
+
+
+def test_plan_shows_updates_optimizers_and_dropped_variables(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "p",
+                "task": "toytask:factory",
+                "batch_size": 8,
+                "devices": {"towers": 2},
+                "optimizers": {"d": {"type": "sgd", "learning_rate": 0.1}},
+                "stages": [
+                    {
+                        "name": "everything",
+                        "steps": 4,
+                        "updates": [
+                            {"train": "*", "loss": "d_loss", "optimizer": "d", "every": 2},
+                        ],
+                    },
+                    {
+                        "name": "d",
+                        "steps": 1,
+                        "updates": [
+                            {"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"},
+                        ],
+                    },
+                ],
+            }
+        )
+    )
+    result = stagegan("plan", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "towers: 2 (/CPU:0, /CPU:1), batch 8 (4 per tower)" in out
+    assert "stage 0 'everything': 4 steps (global 0..3), mode sequential" in out
+    assert "repeat 1, every 2" in out
+    assert "optimizer: sgd(learning_rate=0.1), shared 'd' with everything/update, " in out
+    assert "variables: 8 (34 parameters)" in out  # G: 2*3+3+3*2+2 = 17; D: 2*4+4+4*1+1 = 17
+    assert (
+        "no gradient (dropped): generator/hidden/kernel, generator/hidden/bias, "
+        "generator/out/kernel, generator/out/bias"
+    ) in out
+    assert not list(tmp_path.glob("runs"))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--set", "bogus=1"], ["bogus: unknown key"]),
+        (
+            ["--set", "stages[0].updates[0].train=[disc/*]"],
+            ["stages[0].updates[0].train", "matches no variable", "known scopes"],
+        ),
+        (["--set", "batch_size=30", "--set", "devices.towers=4"], ["batch_size", "4 towers"]),
+        (["--set", "stages=missing_file"], ["stages", "no such stage file"]),
+        (["--set", "task=nope"], ["task", "unknown task 'nope'"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    result = stagegan("train", "--config", "mog_ring", *args, cwd=tmp_path)
+    assert_user_error(result, *words)
+    assert not (tmp_path / "runs").exists()  # nothing created for a refused run
+
+
+def test_broken_yaml_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nstages: [\n")
+    assert_user_error(stagegan("plan", "--config", str(bad)), "--config", "broken YAML", "line")
+
+
+def test_installed_package_finds_its_stages_and_configs(tmp_path):
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    wheel = next(wheel_dir.glob("stagegan-*.whl"))
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "stagegan", "plan", "--set", "stages=alternating"],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "stage 0 'alternating'" in result.stdout
