@@ -1,0 +1,267 @@
+"""Image data sources. Each yields float32 images in [-1, 1], shape [H, W, C].
+
+All sources end in a tf.data pipeline (shuffled with a seed from the run seed, repeated,
+batched to the global batch, prefetched); the trainer splits each global batch evenly across
+towers. The pipeline's iterator is checkpointed, so a resumed run continues where it stopped.
+
+    type       options
+    shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
+               coloured circles, squares and triangles on varied backgrounds
+    folder     path, size, channels: PNG or JPEG files under `path`, centre-cropped and resized
+    npz        path, key ("images"), size: an array file; uint8 [0, 255] or float in [0, 1]
+    tfrecord   path (file or glob), image_feature ("image"): encoded PNG or JPEG bytes
+    mnist, fashion_mnist, cifar10: keras.datasets (downloaded once; offline, a clear error)
+"""
+
+import glob
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from stagegan.errors import ConfigError
+
+SOURCES = ("shapes", "folder", "npz", "tfrecord", "mnist", "fashion_mnist", "cifar10")
+DEFAULTS = {
+    "source": "shapes",
+    "path": None,
+    "size": 32,
+    "channels": 3,
+    "count": 8000,
+    "key": "images",
+    "image_feature": "image",
+    "shuffle_buffer": 10000,
+}
+
+
+# Shapes ---------------------------------------------------------------------------------------
+
+
+def draw_shapes(count, size, seed, channels=3):
+    """`count` images of coloured shapes, uint8 [count, size, size, channels], from `seed`.
+
+    Each image has a background (a random colour with a linear gradient) and 1-3 shapes:
+    circles, squares or triangles of random colour, size and position. The same seed gives
+    the same images, byte for byte.
+    """
+    rng = np.random.default_rng(seed)
+    ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    images = np.empty((count, size, size, 3), np.float32)
+    base = rng.uniform(0.0, 1.0, (count, 1, 1, 3))
+    slope = rng.uniform(-0.3, 0.3, (count, 1, 1, 2))
+    images[:] = base + slope[..., :1] * xs[None, ..., None] + slope[..., 1:] * ys[None, ..., None]
+    for _ in range(3):
+        present = rng.uniform(size=count) < 0.7
+        kind = rng.integers(0, 3, count)
+        cx, cy = rng.uniform(0.2, 0.8, count), rng.uniform(0.2, 0.8, count)
+        radius = rng.uniform(0.12, 0.3, count)
+        colour = rng.uniform(0.0, 1.0, (count, 3))
+        dx = xs[None] - cx[:, None, None]
+        dy = ys[None] - cy[:, None, None]
+        r = radius[:, None, None]
+        circle = dx**2 + dy**2 <= r**2
+        square = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
+        # An upward triangle: below the apex, inside two slanted edges, above the base.
+        triangle = (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.6)
+        inside = np.where(
+            kind[:, None, None] == 0, circle, np.where(kind[:, None, None] == 1, square, triangle)
+        )
+        inside &= present[:, None, None]
+        images = np.where(inside[..., None], colour[:, None, None, :], images)
+    images = np.clip(images, 0.0, 1.0)
+    if channels == 1:
+        images = images.mean(axis=-1, keepdims=True)
+    return np.round(images * 255).astype(np.uint8)
+
+
+# Loading ---------------------------------------------------------------------------------------
+
+
+def load_images(options, seed, held_out=False):
+    """All images of a source as uint8 numpy [N, H, W, C] (the in-memory sources) or None.
+
+    `held_out` asks for the evaluation split: a different seed for `shapes`, the test split
+    for keras datasets, and the same files otherwise.
+    """
+    source = options["source"]
+    size, channels = options["size"], options["channels"]
+    if source == "shapes":
+        count = options["count"] if not held_out else min(options["count"], 1000)
+        return draw_shapes(count, size, seed + (7919 if held_out else 0), channels)
+    if source == "npz":
+        return _load_npz(options)
+    if source == "folder":
+        return _load_folder(options)
+    if source in ("mnist", "fashion_mnist", "cifar10"):
+        return _load_keras(source, held_out, options)
+    return None
+
+
+def dataset(options, seed, batch_size):
+    """The training pipeline: a `tf.data.Dataset` of global batches `{"x": images}`."""
+    source = options["source"]
+    if source == "tfrecord":
+        ds = _tfrecord_dataset(options)
+        ds = ds.shuffle(options["shuffle_buffer"], seed=seed, reshuffle_each_iteration=True)
+    else:
+        images = load_images(options, seed)
+        ds = tf.data.Dataset.from_tensor_slices(images)
+        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.repeat().map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch_size, drop_remainder=True).map(lambda x: {"x": x})
+    options_ = tf.data.Options()
+    options_.deterministic = True
+    return ds.with_options(options_).prefetch(tf.data.AUTOTUNE)
+
+
+def _to_float(image):
+    return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+def _fit(images, size, channels, key):
+    """Centre-crop to square, resize to `size`, and match `channels` (uint8 out)."""
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4:
+        raise ConfigError(
+            key, f"images must be [N, H, W] or [N, H, W, C]; got shape {images.shape}"
+        )
+    if images.shape[0] == 0:
+        raise ConfigError(key, "holds no images")
+    if images.dtype != np.uint8:
+        if not np.issubdtype(images.dtype, np.floating):
+            raise ConfigError(key, f"images must be uint8 or float in [0, 1]; got {images.dtype}")
+        if images.min() < 0 or images.max() > 1:
+            raise ConfigError(key, "float images must lie in [0, 1]")
+        images = np.round(images * 255).astype(np.uint8)
+    if images.shape[-1] not in (1, 3, 4):
+        raise ConfigError(key, f"images must have 1, 3 or 4 channels; got {images.shape[-1]}")
+    images = images[..., :3]
+    h, w = images.shape[1:3]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    images = images[:, top : top + side, left : left + side]
+    if side != size:
+        images = tf.image.resize(images, [size, size], antialias=True).numpy()
+        images = np.clip(np.round(images), 0, 255).astype(np.uint8)
+    if channels == 1 and images.shape[-1] == 3:
+        images = np.round(images.mean(-1, keepdims=True)).astype(np.uint8)
+    elif channels == 3 and images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)
+    return images
+
+
+def _require_path(options):
+    path = options["path"]
+    if not path:
+        raise ConfigError("data.path", f"required for source {options['source']!r}")
+    return os.path.expanduser(str(path))
+
+
+def _load_npz(options):
+    path = _require_path(options)
+    try:
+        with np.load(path) as archive:
+            if options["key"] not in archive:
+                raise ConfigError(
+                    "data.key",
+                    f"{path} has no array {options['key']!r} (has: {', '.join(archive.files)})",
+                )
+            images = archive[options["key"]]
+    except FileNotFoundError:
+        raise ConfigError("data.path", f"file not found: {path}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError("data.path", f"cannot read {path} as .npz: {e}") from None
+    return _fit(images, options["size"], options["channels"], f"data.key ({path})")
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def _load_folder(options):
+    path = _require_path(options)
+    if not os.path.isdir(path):
+        raise ConfigError("data.path", f"no such folder: {path}")
+    files = sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(path)
+        for name in names
+        if name.lower().endswith(IMAGE_SUFFIXES)
+    )
+    if not files:
+        raise ConfigError("data.path", f"no PNG or JPEG files under {path}")
+    images = []
+    size = options["size"]
+    for file in files:
+        try:
+            raw = tf.io.read_file(file)
+            image = tf.io.decode_image(raw, channels=3, expand_animations=False).numpy()
+        except (tf.errors.InvalidArgumentError, tf.errors.OpError):
+            raise ConfigError("data.path", f"unreadable image: {file}") from None
+        images.append(_fit(image[None], size, options["channels"], f"data.path ({file})")[0])
+    return np.stack(images)
+
+
+def _load_keras(name, held_out, options):
+    import keras
+
+    loader = getattr(keras.datasets, name)
+    try:
+        (train_x, _), (test_x, _) = loader.load_data()
+    except Exception:  # noqa: BLE001 - any download failure means the same thing to the user
+        raise ConfigError(
+            "data.source",
+            f"the {name} dataset could not be downloaded (no network?); "
+            "use data.source: folder or npz with a local copy",
+        ) from None
+    return _fit(
+        test_x if held_out else train_x, options["size"], options["channels"], "data.source"
+    )
+
+
+def _tfrecord_dataset(options):
+    path = _require_path(options)
+    files = sorted(glob.glob(path))
+    if not files:
+        raise ConfigError("data.path", f"no TFRecord files match {path}")
+    feature = options["image_feature"]
+    size, channels = options["size"], options["channels"]
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, {feature: tf.io.FixedLenFeature([], tf.string)})
+        image = tf.io.decode_image(parsed[feature], channels=3, expand_animations=False)
+        image = tf.image.resize_with_crop_or_pad(
+            image, tf.reduce_min(tf.shape(image)[:2]), tf.reduce_min(tf.shape(image)[:2])
+        )
+        image = tf.image.resize(image, [size, size], antialias=True)
+        image = tf.clip_by_value(tf.round(image), 0, 255)
+        if channels == 1:
+            image = tf.image.rgb_to_grayscale(image)
+        return tf.cast(image, tf.uint8)
+
+    try:
+        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)))
+        example = tf.train.Example.FromString(first.numpy())
+    except (tf.errors.OpError, StopIteration, Exception):  # noqa: BLE001
+        raise ConfigError("data.path", f"cannot read TFRecords from {files[0]}") from None
+    if feature not in example.features.feature:
+        known = ", ".join(example.features.feature.keys())
+        raise ConfigError(
+            "data.image_feature", f"no feature {feature!r} in {files[0]} (has: {known})"
+        )
+    return tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def check_options(options):
+    """Check the generic data options (types are checked by the task's defaults)."""
+    if options["source"] not in SOURCES:
+        raise ConfigError(
+            "data.source", f"unknown source {options['source']!r} (known: {', '.join(SOURCES)})"
+        )
+    if options["size"] < 4:
+        raise ConfigError("data.size", f"must be at least 4. Received: {options['size']}")
+    if options["channels"] not in (1, 3):
+        raise ConfigError("data.channels", f"must be 1 or 3. Received: {options['channels']}")
+    if options["count"] < 1:
+        raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
