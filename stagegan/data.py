@@ -265,3 +265,38 @@ def check_options(options):
         raise ConfigError("data.channels", f"must be 1 or 3. Received: {options['channels']}")
     if options["count"] < 1:
         raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
+
+
+class ImageSource:
+    """The images of a run, served one global batch at a time inside the step function.
+
+    In-memory sources (everything but `tfrecord`) draw each batch as random indices from the
+    run's data stream (sampling with replacement), so the data position is just that stream's
+    checkpointed state: no shuffle buffer to save, and exact on resume. `tfrecord` streams
+    through a shuffled tf.data pipeline whose iterator is checkpointed (with its buffer).
+    """
+
+    def __init__(self, options, seed, batch_size):
+        check_options(options)
+        self.options = options
+        if options["source"] == "tfrecord":
+            self.images = None
+            self.iterator = iter(dataset(options, seed, batch_size))
+        else:
+            self.images = tf.constant(load_images(options, seed))
+            self.iterator = None
+
+    @property
+    def shape(self):
+        size, channels = self.options["size"], self.options["channels"]
+        return (size, size, channels)
+
+    def batch(self, batch_size, rng):
+        """One global batch, float32 in [-1, 1]."""
+        if self.iterator is not None:
+            return next(self.iterator)["x"]
+        index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
+        return _to_float(tf.gather(self.images, index))
+
+    def trackables(self):
+        return {"data_iterator": self.iterator} if self.iterator is not None else {}

@@ -49,6 +49,7 @@ class Trainer:
         with tf.device(self.devices.variables):
             self.rngs = RandomStreams(config.seed)
             self.task = make_task(config.task, options, self.rngs)
+            self.task.batch_size = config.batch_size
             self.networks = self.task.build()
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.variables = check_partition(self.networks)

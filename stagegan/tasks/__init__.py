@@ -10,6 +10,7 @@ from stagegan.errors import ConfigError
 
 BUILTIN = {
     "mog2d": "stagegan.tasks.mog2d:Mog2D",
+    "completion": "stagegan.tasks.completion:Completion",
 }
 
 

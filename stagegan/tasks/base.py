@@ -44,6 +44,7 @@ class RandomStreams:
     """
 
     def __init__(self, seed):
+        self.seed = seed
         self.data = make_generator(seed, DATA_STREAM)
         self.noise = make_generator(seed, NOISE_STREAM)
 
@@ -68,6 +69,7 @@ class Task:
     name = "task"
     loss_terms = ()
     defaults = {"data": {}, "model": {}, "loss": {}}
+    batch_size = None  # the global batch size; set by the trainer before build()
 
     def __init__(self, options, rngs):
         self.rngs = rngs

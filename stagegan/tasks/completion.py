@@ -1,0 +1,199 @@
+"""Image completion (Iizuka et al. 2017, "Globally and Locally Consistent Image Completion").
+
+The completion network sees the image with a hole (hole pixels zeroed) plus the mask, and
+outputs a full image; the completed image keeps the known pixels and takes the generated ones
+only in the hole. The discriminator scores the whole image (global branch) and a crop around
+the hole (local branch) together.
+
+Loss terms:
+    reconstruction      masked L2 in the hole, or L1 with `loss.reconstruction: l1`
+    reconstruction_l1   masked L1 in the hole
+    d_adversarial       real images against completed ones (`loss.adversarial`)
+    g_adversarial       the completion network's adversarial loss on completed images
+
+Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
+(fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
+Masks are drawn from the run's noise stream for the whole global batch.
+"""
+
+import keras
+import tensorflow as tf
+
+from stagegan import losses
+from stagegan.data import DEFAULTS as DATA_DEFAULTS
+from stagegan.data import ImageSource
+from stagegan.errors import ConfigError
+from stagegan.tasks.base import Task, choice, positive
+
+
+class Completion(Task):
+    name = "completion"
+    loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial")
+    defaults = {
+        "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
+        "model": {"width": 32, "dilations": [2, 4, 8]},
+        "loss": {"adversarial": "non_saturating", "reconstruction": "l2"},
+    }
+
+    def __init__(self, options, rngs):
+        super().__init__(options, rngs)
+        d = self.data
+        if not 0 < d["hole_min"] <= d["hole_max"] <= 1:
+            raise ConfigError(
+                "data.hole_min",
+                "need 0 < hole_min <= hole_max <= 1. "
+                f"Received: hole_min={d['hole_min']}, hole_max={d['hole_max']}",
+            )
+        if d["strokes"] < 0:
+            raise ConfigError("data.strokes", f"must be 0 or more. Received: {d['strokes']}")
+        positive(self.model, "model", "width")
+        if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
+            raise ConfigError("model.dilations", "must be a list of positive integers")
+        choice(self.loss, "loss", "reconstruction", ("l1", "l2"))
+        self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.size = d["size"]
+        self.crop = max(4, self.size // 2)
+        self.source = None
+
+    # Networks --------------------------------------------------------------------------------
+
+    def build(self):
+        size, channels, width = self.size, self.data["channels"], self.model["width"]
+        if size % 4:
+            raise ConfigError(
+                "data.size", f"must be a multiple of 4 for completion. Received: {size}"
+            )
+        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
+        layers = keras.layers
+        with keras.name_scope("generator"):
+            x = keras.Input((size, size, channels + 1))
+            h = layers.Conv2D(width, 5, padding="same", activation="relu", name="enc1")(x)
+            h = layers.Conv2D(
+                2 * width, 3, strides=2, padding="same", activation="relu", name="enc2"
+            )(h)
+            h = layers.Conv2D(2 * width, 3, padding="same", activation="relu", name="enc3")(h)
+            for rate in self.model["dilations"]:
+                h = layers.Conv2D(
+                    2 * width,
+                    3,
+                    padding="same",
+                    dilation_rate=rate,
+                    activation="relu",
+                    name=f"dilated{rate}",
+                )(h)
+            h = layers.Conv2D(2 * width, 3, padding="same", activation="relu", name="mid")(h)
+            h = layers.Conv2DTranspose(
+                width, 4, strides=2, padding="same", activation="relu", name="dec1"
+            )(h)
+            h = layers.Conv2D(width // 2, 3, padding="same", activation="relu", name="dec2")(h)
+            y = layers.Conv2D(channels, 3, padding="same", activation="tanh", name="out")(h)
+            self.generator = keras.Model(x, y, name="generator")
+        with keras.name_scope("discriminator"):
+            image = keras.Input((size, size, channels))
+            crop = keras.Input((self.crop, self.crop, channels))
+            g = image
+            for i, mult in enumerate((1, 2, 4)):
+                g = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"global{i}")(g)
+                g = layers.LeakyReLU(0.2)(g)
+            g = layers.Dense(64, name="global_fc")(layers.Flatten()(g))
+            c = crop
+            for i, mult in enumerate((1, 2)):
+                c = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"local{i}")(c)
+                c = layers.LeakyReLU(0.2)(c)
+            c = layers.Dense(64, name="local_fc")(layers.Flatten()(c))
+            both = layers.Concatenate()([g, c])
+            logit = layers.Dense(1, name="out")(layers.LeakyReLU(0.2)(both))
+            self.discriminator = keras.Model([image, crop], logit, name="discriminator")
+        self.networks = {"generator": self.generator, "discriminator": self.discriminator}
+        return self.networks
+
+    # Batches ---------------------------------------------------------------------------------
+
+    def real_batch(self, batch_size):
+        return {"x": self.source.batch(batch_size, self.rngs.data)}
+
+    def random_inputs(self, batch_size):
+        return draw_holes(self.rngs.noise, batch_size, self.size, self.data, self.crop)
+
+    # Losses ----------------------------------------------------------------------------------
+
+    def complete(self, x, mask, training):
+        """(raw generator output, completed image) for images `x` with holes `mask`."""
+        known = x * (1.0 - mask)
+        raw = self.generator(tf.concat([known, mask], axis=-1), training=training)
+        return raw, known + raw * mask
+
+    def crops(self, images, offsets):
+        return crop_around(images, offsets, self.crop)
+
+    def losses(self, batch, terms):
+        x, mask, offsets = batch["x"], batch["mask"], batch["crop_offset"]
+        raw, completed = self.complete(x, mask, training=True)
+        out = {}
+        if "reconstruction_l1" in terms or self.loss["reconstruction"] == "l1":
+            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask)
+        if "reconstruction" in terms:
+            if self.loss["reconstruction"] == "l1":
+                out["reconstruction"] = out["reconstruction_l1"]
+            else:
+                out["reconstruction"] = losses.masked_l2(x, raw, mask)
+        if "d_adversarial" in terms:
+            fake = tf.stop_gradient(completed)
+            real_logits = self.discriminator([x, self.crops(x, offsets)], training=True)
+            fake_logits = self.discriminator([fake, self.crops(fake, offsets)], training=True)
+            out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
+        if "g_adversarial" in terms:
+            logits = self.discriminator([completed, self.crops(completed, offsets)], training=True)
+            out["g_adversarial"] = self.g_loss(logits)
+        return out
+
+    def sample(self, inputs):
+        return self.complete(inputs["x"], inputs["mask"], training=False)[1]
+
+    def trackables(self):
+        return self.source.trackables()
+
+
+def draw_holes(rng, batch_size, size, options, crop):
+    """Masks [B, S, S, 1] (1 in the hole) and the top-left corner of a crop around each hole."""
+    low = max(1, int(round(options["hole_min"] * size)))
+    high = max(low, int(round(options["hole_max"] * size)))
+    hw = rng.uniform([batch_size, 2], low, high + 1, dtype=tf.int32)
+    corner = tf.cast(rng.uniform([batch_size, 2]) * tf.cast(size - hw + 1, tf.float32), tf.int32)
+    corner = tf.minimum(corner, size - hw)
+    grid = tf.range(size)
+    rows = (grid[None] >= corner[:, :1]) & (grid[None] < corner[:, :1] + hw[:, :1])
+    cols = (grid[None] >= corner[:, 1:]) & (grid[None] < corner[:, 1:] + hw[:, 1:])
+    mask = tf.cast(rows[:, :, None] & cols[:, None, :], tf.float32)
+    if options["strokes"]:
+        mask = tf.maximum(mask, draw_strokes(rng, batch_size, size, options["strokes"]))
+    centre = corner + hw // 2
+    offset = tf.clip_by_value(centre - crop // 2, 0, size - crop)
+    return {"mask": mask[..., None], "crop_offset": offset}
+
+
+def draw_strokes(rng, batch_size, size, count):
+    """Free-form masks: `count` thick line segments per image."""
+    ends = rng.uniform([batch_size, count, 4]) * size
+    width = rng.uniform([batch_size, count, 1, 1], 1.0, max(2.0, size / 10))
+    ys, xs = tf.meshgrid(
+        tf.range(size, dtype=tf.float32), tf.range(size, dtype=tf.float32), indexing="ij"
+    )
+    p = tf.stack([ys, xs], -1)[None, None] + 0.5  # [1, 1, S, S, 2]
+    a, b = ends[..., None, None, :2], ends[..., None, None, 2:]
+    ab = b - a
+    t = tf.clip_by_value(
+        tf.reduce_sum((p - a) * ab, -1) / tf.maximum(tf.reduce_sum(ab * ab, -1), 1e-6), 0.0, 1.0
+    )
+    nearest = a + t[..., None] * ab
+    distance = tf.norm(p - nearest, axis=-1)
+    return tf.cast(tf.reduce_any(distance <= width, axis=1), tf.float32)
+
+
+def crop_around(images, offsets, crop):
+    """Exact `crop`x`crop` pixel crops at integer `offsets` [B, 2] (differentiable)."""
+    size = tf.cast(tf.shape(images)[1] - 1, tf.float32)
+    top, left = tf.cast(offsets[:, 0], tf.float32), tf.cast(offsets[:, 1], tf.float32)
+    boxes = tf.stack([top, left, top + crop - 1, left + crop - 1], axis=1) / size
+    index = tf.range(tf.shape(images)[0])
+    return tf.image.crop_and_resize(images, boxes, index, [crop, crop])

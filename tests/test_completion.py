@@ -1,0 +1,114 @@
+"""The completion task: hole geometry, exact crops, known pixels kept, loss values, stages."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from stagegan.config import parse_config
+from stagegan.tasks.completion import crop_around, draw_holes
+from stagegan.training import Trainer
+
+OPTIONS = {"hole_min": 0.25, "hole_max": 0.5, "strokes": 0}
+
+
+def test_holes_are_single_rectangles_within_size_limits_and_inside_the_crop():
+    rng = tf.random.Generator.from_seed(1)
+    out = draw_holes(rng, 64, 32, OPTIONS, crop=16)
+    masks, offsets = out["mask"].numpy()[..., 0], out["crop_offset"].numpy()
+    for mask, (top, left) in zip(masks, offsets, strict=True):
+        rows, cols = np.nonzero(mask.any(1))[0], np.nonzero(mask.any(0))[0]
+        h, w = rows[-1] - rows[0] + 1, cols[-1] - cols[0] + 1
+        assert 8 <= h <= 16 and 8 <= w <= 16
+        assert mask.sum() == h * w  # one filled rectangle
+        assert top <= rows[0] and rows[-1] < top + 16 and left <= cols[0] and cols[-1] < left + 16
+        assert 0 <= top <= 16 and 0 <= left <= 16
+
+
+def test_strokes_add_free_form_holes():
+    rng = tf.random.Generator.from_seed(2)
+    plain = draw_holes(tf.random.Generator.from_seed(2), 8, 32, OPTIONS, 16)["mask"].numpy()
+    stroked = draw_holes(rng, 8, 32, {**OPTIONS, "strokes": 3}, 16)["mask"].numpy()
+    assert (stroked >= plain).all() and stroked.sum() > plain.sum()
+
+
+def test_crops_are_exact_pixels():
+    images = tf.reshape(tf.range(2 * 8 * 8 * 1, dtype=tf.float32), [2, 8, 8, 1])
+    crops = crop_around(images, tf.constant([[0, 3], [4, 1]]), 4).numpy()
+    np.testing.assert_allclose(crops[0], images.numpy()[0, 0:4, 3:7], atol=1e-4)
+    np.testing.assert_allclose(crops[1], images.numpy()[1, 4:8, 1:5], atol=1e-4)
+
+
+STAGES = [
+    {
+        "name": "completion",
+        "steps": 2,
+        "updates": [{"train": "generator/*", "loss": "reconstruction"}],
+    },
+    {
+        "name": "discriminator",
+        "steps": 1,
+        "updates": [{"train": "discriminator/*", "loss": "d_adversarial"}],
+    },
+    {
+        "name": "joint",
+        "steps": 2,
+        "mode": "simultaneous",
+        "updates": [
+            {"train": "discriminator/*", "loss": "d_adversarial"},
+            {"train": "generator/*", "loss": {"reconstruction": 1.0, "g_adversarial": 0.0004}},
+        ],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    config = parse_config(
+        {
+            "name": "c",
+            "task": "completion",
+            "batch_size": 4,
+            "devices": {"towers": 2},
+            "data": {"size": 16, "count": 32},
+            "model": {"width": 4, "dilations": [2]},
+            "stages": STAGES,
+        }
+    )
+    return Trainer(config)
+
+
+def test_completed_images_keep_known_pixels_and_losses_match_numpy(trainer):
+    task = trainer.task
+    batch = task.batch(4)
+    x, mask = batch["x"].numpy(), batch["mask"].numpy()
+    raw, completed = (t.numpy() for t in task.complete(batch["x"], batch["mask"], False))
+    np.testing.assert_array_equal(completed * (1 - mask), x * (1 - mask))
+    np.testing.assert_allclose((completed * mask), (raw * mask), atol=1e-6)
+    terms = task.losses(batch, ("reconstruction", "reconstruction_l1"))
+    hole = np.broadcast_to(mask, raw.shape).astype(bool)
+    assert float(terms["reconstruction"]) == pytest.approx(((raw - x)[hole] ** 2).mean(), rel=1e-4)
+    assert float(terms["reconstruction_l1"]) == pytest.approx(
+        np.abs(raw - x)[hole].mean(), rel=1e-4
+    )
+
+
+def test_all_three_glcic_stages_train_on_two_towers(trainer):
+    before = {v.path: v.numpy().copy() for v in trainer.variables}
+    for position in trainer.schedule.positions(trainer.step_count):
+        metrics = trainer.step(position)
+    assert set(metrics) == {
+        "discriminator/d_adversarial",
+        "discriminator/grad_norm",
+        "generator/reconstruction",
+        "generator/g_adversarial",
+        "generator/loss",
+        "generator/grad_norm",
+    }
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    changed = [p for p, v in before.items() if not np.array_equal(v, _value(trainer, p))]
+    assert len(changed) == len(before)
+    assert trainer.trace_counts() == {"completion": 1, "discriminator": 1, "joint": 1}
+
+
+def _value(trainer, path):
+    return next(v.numpy() for v in trainer.variables if v.path == path)
