@@ -203,42 +203,15 @@ def test_broken_yaml_names_file_and_line(tmp_path):
 
 def test_installed_package_finds_its_stages_and_configs(tmp_path):
     wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
-    build = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(wheel_dir),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stderr
-    wheel = next(wheel_dir.glob("stagegan-*.whl"))
-    install = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "-q",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert install.returncode == 0, install.stderr
+
+    def pip(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", *args, "-q"], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+
+    pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(wheel_dir), str(ROOT))
+    pip("install", "--no-deps", "--target", str(target), str(next(wheel_dir.glob("*.whl"))))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     result = subprocess.run(
