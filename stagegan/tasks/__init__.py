@@ -11,6 +11,7 @@ from stagegan.errors import ConfigError
 BUILTIN = {
     "mog2d": "stagegan.tasks.mog2d:Mog2D",
     "completion": "stagegan.tasks.completion:Completion",
+    "unconditional": "stagegan.tasks.unconditional:Unconditional",
 }
 
 

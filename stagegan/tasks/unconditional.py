@@ -1,0 +1,104 @@
+"""Unconditional image GANs: a DCGAN-style generator and discriminator.
+
+Resolutions 28 (from 7x7), 32 and 64 (from 4x4); `model.width` sets the channel count of the
+largest feature map. Loss terms:
+    d_loss, g_loss      the adversarial pair named by `loss.adversarial`
+    gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
+    r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
+The interpolation weights of the gradient penalty are drawn with the global batch's noise, so
+the penalty does not depend on the number of towers.
+"""
+
+import keras
+import tensorflow as tf
+
+from stagegan import losses
+from stagegan.data import DEFAULTS as DATA_DEFAULTS
+from stagegan.data import ImageSource
+from stagegan.errors import ConfigError
+from stagegan.tasks.base import Task, positive
+
+START = {28: 7, 32: 4, 64: 4}
+
+
+class Unconditional(Task):
+    name = "unconditional"
+    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
+    defaults = {
+        "data": dict(DATA_DEFAULTS),
+        "model": {"latent_dim": 64, "width": 64, "batchnorm": True},
+        "loss": {"adversarial": "non_saturating"},
+    }
+
+    def __init__(self, options, rngs):
+        super().__init__(options, rngs)
+        self.size = self.data["size"]
+        if self.size not in START:
+            raise ConfigError("data.size", f"must be 28, 32 or 64. Received: {self.size}")
+        positive(self.model, "model", "latent_dim")
+        positive(self.model, "model", "width")
+        self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.source = None
+
+    def build(self):
+        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
+        layers, start = keras.layers, START[self.size]
+        ups = {28: 2, 32: 3, 64: 4}[self.size]
+        width, channels = self.model["width"], self.data["channels"]
+        norm = self.model["batchnorm"]
+        with keras.name_scope("generator"):
+            z = keras.Input((self.model["latent_dim"],))
+            top = width * 2 ** (ups - 1)
+            h = layers.Dense(start * start * top, use_bias=not norm, name="project")(z)
+            h = layers.Reshape((start, start, top))(h)
+            for i in range(ups):
+                if norm:
+                    h = layers.BatchNormalization(name=f"bn{i}")(h)
+                h = layers.ReLU()(h)
+                last = i == ups - 1
+                filters = channels if last else width * 2 ** (ups - 2 - i)
+                h = layers.Conv2DTranspose(
+                    filters, 4, strides=2, padding="same", use_bias=last or not norm, name=f"up{i}"
+                )(h)
+            self.generator = keras.Model(z, layers.Activation("tanh")(h), name="generator")
+        with keras.name_scope("discriminator"):
+            x = keras.Input((self.size, self.size, channels))
+            h = x
+            for i in range(ups):
+                h = layers.Conv2D(width * 2**i, 4, strides=2, padding="same", name=f"down{i}")(h)
+                h = layers.LeakyReLU(0.2)(h)
+            logit = layers.Dense(1, name="out")(layers.Flatten()(h))
+            self.discriminator = keras.Model(x, logit, name="discriminator")
+        self.networks = {"generator": self.generator, "discriminator": self.discriminator}
+        return self.networks
+
+    def real_batch(self, batch_size):
+        return {"x": self.source.batch(batch_size, self.rngs.data)}
+
+    def random_inputs(self, batch_size):
+        noise = self.rngs.noise
+        return {
+            "z": noise.normal([batch_size, self.model["latent_dim"]]),
+            "epsilon": noise.uniform([batch_size]),
+        }
+
+    def losses(self, batch, terms):
+        x, out = batch["x"], {}
+        critic = lambda images: self.discriminator(images, training=True)
+        if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
+            fake = self.generator(batch["z"], training=True)
+        if "d_loss" in terms:
+            out["d_loss"] = self.d_loss(critic(x), critic(tf.stop_gradient(fake)))
+        if "g_loss" in terms:
+            out["g_loss"] = self.g_loss(critic(fake))
+        if "gradient_penalty" in terms:
+            out["gradient_penalty"] = losses.gradient_penalty(critic, x, fake, batch["epsilon"])
+        if "r1" in terms:
+            out["r1"] = losses.r1_penalty(critic, x)
+        return out
+
+    def sample(self, inputs):
+        return self.generator(inputs["z"], training=False)
+
+    def trackables(self):
+        return self.source.trackables()
