@@ -8,7 +8,6 @@ ones are never rotated away.
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 INDEX = "index.json"
@@ -36,10 +35,6 @@ class CheckpointStore:
         with open(path, encoding="utf-8") as f:
             return json.load(f)["checkpoints"]
 
-    def latest(self):
-        entries = self.entries()
-        return entries[-1] if entries else None
-
     def path_of(self, entry):
         return str(self.directory / entry["prefix"])
 
@@ -63,16 +58,6 @@ class CheckpointStore:
         for entry in stale:
             self._delete(entry["prefix"])
         return str(self.directory / prefix)
-
-    def remove_temporaries(self):
-        """Delete the `*_temp*` folders that an interrupted save leaves behind."""
-        if not self.directory.is_dir():
-            return []
-        removed = []
-        for path in self.directory.glob("*_temp*"):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
-            removed.append(path.name)
-        return removed
 
     def _write_index(self, entries):
         tmp = self.directory / (INDEX + ".tmp")

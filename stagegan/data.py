@@ -1,8 +1,8 @@
 """Image data sources. Each yields float32 images in [-1, 1], shape [H, W, C].
 
-All sources end in a tf.data pipeline (shuffled with a seed from the run seed, repeated,
-batched to the global batch, prefetched); the trainer splits each global batch evenly across
-towers. The pipeline's iterator is checkpointed, so a resumed run continues where it stopped.
+`ImageSource` serves one global batch at a time (the trainer splits it evenly across towers).
+In-memory sources draw random indices from the run's data stream; `tfrecord` streams through a
+shuffled, seeded tf.data pipeline whose iterator is checkpointed.
 
     type       options
     shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
@@ -97,21 +97,15 @@ def load_images(options, seed, held_out=False):
     return None
 
 
-def dataset(options, seed, batch_size):
-    """The training pipeline: a `tf.data.Dataset` of global batches `{"x": images}`."""
-    source = options["source"]
-    if source == "tfrecord":
-        ds = _tfrecord_dataset(options)
-        ds = ds.shuffle(options["shuffle_buffer"], seed=seed, reshuffle_each_iteration=True)
-    else:
-        images = load_images(options, seed)
-        ds = tf.data.Dataset.from_tensor_slices(images)
-        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+def tfrecord_dataset(options, seed, batch_size):
+    """The streaming pipeline of `tfrecord`: a `tf.data.Dataset` of global batches."""
+    ds = _tfrecord_images(options)
+    ds = ds.shuffle(options["shuffle_buffer"], seed=seed, reshuffle_each_iteration=True)
     ds = ds.repeat().map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(batch_size, drop_remainder=True).map(lambda x: {"x": x})
-    options_ = tf.data.Options()
-    options_.deterministic = True
-    return ds.with_options(options_).prefetch(tf.data.AUTOTUNE)
+    deterministic = tf.data.Options()
+    deterministic.deterministic = True
+    return ds.with_options(deterministic).prefetch(tf.data.AUTOTUNE)
 
 
 def _to_float(image):
@@ -220,7 +214,7 @@ def _load_keras(name, held_out, options):
     )
 
 
-def _tfrecord_dataset(options):
+def _tfrecord_images(options):
     path = _require_path(options)
     files = sorted(glob.glob(path))
     if not files:
@@ -281,7 +275,7 @@ class ImageSource:
         self.options = options
         if options["source"] == "tfrecord":
             self.images = None
-            self.iterator = iter(dataset(options, seed, batch_size))
+            self.iterator = iter(tfrecord_dataset(options, seed, batch_size))
         else:
             self.images = tf.constant(load_images(options, seed))
             self.iterator = None

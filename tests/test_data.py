@@ -14,7 +14,8 @@ def options(**changes):
 
 
 def first_batch(opts, batch_size=4, seed=0):
-    return next(iter(data.dataset(opts, seed, batch_size)))["x"].numpy()
+    source = data.ImageSource(opts, seed, batch_size)
+    return source.batch(batch_size, tf.random.Generator.from_seed(seed)).numpy()
 
 
 def test_shapes_are_seeded_and_structured():
@@ -108,7 +109,7 @@ def test_tfrecord(tmp_path):
     values = sorted(np.round((batch[:, 0, 0, 0] + 1) * 127.5).astype(int).tolist())
     assert values == [10, 20, 30, 40]
     with pytest.raises(ConfigError) as info:
-        data.dataset(options(source="tfrecord", path=str(path)), 0, 2)
+        data.ImageSource(options(source="tfrecord", path=str(path)), 0, 2)
     assert info.value.key == "data.image_feature" and "(has: img)" in info.value.message
 
 
