@@ -191,7 +191,7 @@ def _load_folder(options):
         try:
             raw = tf.io.read_file(file)
             image = tf.io.decode_image(raw, channels=3, expand_animations=False).numpy()
-        except (tf.errors.InvalidArgumentError, tf.errors.OpError):
+        except tf.errors.OpError:
             raise ConfigError("data.path", f"unreadable image: {file}") from None
         images.append(_fit(image[None], size, options["channels"], f"data.path ({file})")[0])
     return np.stack(images)
@@ -237,7 +237,7 @@ def _tfrecord_images(options):
     try:
         first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)))
         example = tf.train.Example.FromString(first.numpy())
-    except (tf.errors.OpError, StopIteration, Exception):  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - missing, truncated or not TFRecord: one message
         raise ConfigError("data.path", f"cannot read TFRecords from {files[0]}") from None
     if feature not in example.features.feature:
         known = ", ".join(example.features.feature.keys())
@@ -279,11 +279,6 @@ class ImageSource:
         else:
             self.images = tf.constant(load_images(options, seed))
             self.iterator = None
-
-    @property
-    def shape(self):
-        size, channels = self.options["size"], self.options["channels"]
-        return (size, size, channels)
 
     def batch(self, batch_size, rng):
         """One global batch, float32 in [-1, 1]."""

@@ -143,8 +143,10 @@ class Trainer:
         return int(self.global_step.numpy())
 
     def step(self, position):
-        """Run the step at `position` (a `schedule.Position`); returns scalar metric tensors."""
-        assert position.global_step == self.step_count, (position, self.step_count)
+        """Run the step at `position` (a `schedule.Position`); returns scalar metric tensors.
+
+        The caller walks positions from `step_count` (the step function advances it).
+        """
         return self.stage_steps[position.stage_index](position.stage_step)
 
     def trace_counts(self):

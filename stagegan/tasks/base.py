@@ -27,6 +27,7 @@ import copy
 
 import tensorflow as tf
 
+from stagegan.data import ImageSource
 from stagegan.errors import ConfigError
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
@@ -106,6 +107,21 @@ class Task:
     def trackables(self):
         """Extra objects to checkpoint (e.g. a data iterator)."""
         return {}
+
+
+class ImageTask(Task):
+    """A task on images from `data.source` (see `stagegan.data`): builds the `ImageSource` and
+    serves its global batches as `{"x": images}` in [-1, 1]. Subclasses call `build_source()`
+    at the start of `build()`."""
+
+    def build_source(self):
+        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
+
+    def real_batch(self, batch_size):
+        return {"x": self.source.batch(batch_size, self.rngs.data)}
+
+    def trackables(self):
+        return self.source.trackables()
 
 
 def merge_options(options, defaults):

@@ -21,12 +21,13 @@ import tensorflow as tf
 
 from stagegan import losses
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
-from stagegan.data import ImageSource
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import Task, choice, positive
+from stagegan.tasks.base import ImageTask, choice, positive
+
+RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
 
-class Completion(Task):
+class Completion(ImageTask):
     name = "completion"
     loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial")
     defaults = {
@@ -49,21 +50,20 @@ class Completion(Task):
         positive(self.model, "model", "width")
         if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
             raise ConfigError("model.dilations", "must be a list of positive integers")
-        choice(self.loss, "loss", "reconstruction", ("l1", "l2"))
+        choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.size = d["size"]
+        if self.size % 4:
+            raise ConfigError(
+                "data.size", f"must be a multiple of 4 for completion. Received: {self.size}"
+            )
         self.crop = max(4, self.size // 2)
-        self.source = None
 
     # Networks --------------------------------------------------------------------------------
 
     def build(self):
         size, channels, width = self.size, self.data["channels"], self.model["width"]
-        if size % 4:
-            raise ConfigError(
-                "data.size", f"must be a multiple of 4 for completion. Received: {size}"
-            )
-        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
+        self.build_source()
         layers = keras.layers
         with keras.name_scope("generator"):
             x = keras.Input((size, size, channels + 1))
@@ -109,9 +109,6 @@ class Completion(Task):
 
     # Batches ---------------------------------------------------------------------------------
 
-    def real_batch(self, batch_size):
-        return {"x": self.source.batch(batch_size, self.rngs.data)}
-
     def random_inputs(self, batch_size):
         return draw_holes(self.rngs.noise, batch_size, self.size, self.data, self.crop)
 
@@ -130,13 +127,11 @@ class Completion(Task):
         x, mask, offsets = batch["x"], batch["mask"], batch["crop_offset"]
         raw, completed = self.complete(x, mask, training=True)
         out = {}
-        if "reconstruction_l1" in terms or self.loss["reconstruction"] == "l1":
-            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask)
         if "reconstruction" in terms:
-            if self.loss["reconstruction"] == "l1":
-                out["reconstruction"] = out["reconstruction_l1"]
-            else:
-                out["reconstruction"] = losses.masked_l2(x, raw, mask)
+            reconstruction = RECONSTRUCTION[self.loss["reconstruction"]]
+            out["reconstruction"] = reconstruction(x, raw, mask)
+        if "reconstruction_l1" in terms:
+            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask)
         if "d_adversarial" in terms:
             fake = tf.stop_gradient(completed)
             real_logits = self.discriminator([x, self.crops(x, offsets)], training=True)
@@ -149,9 +144,6 @@ class Completion(Task):
 
     def sample(self, inputs):
         return self.complete(inputs["x"], inputs["mask"], training=False)[1]
-
-    def trackables(self):
-        return self.source.trackables()
 
 
 def draw_holes(rng, batch_size, size, options, crop):

@@ -14,14 +14,13 @@ import tensorflow as tf
 
 from stagegan import losses
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
-from stagegan.data import ImageSource
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import Task, positive
+from stagegan.tasks.base import ImageTask, positive
 
 START = {28: 7, 32: 4, 64: 4}
 
 
-class Unconditional(Task):
+class Unconditional(ImageTask):
     name = "unconditional"
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
     defaults = {
@@ -38,10 +37,9 @@ class Unconditional(Task):
         positive(self.model, "model", "latent_dim")
         positive(self.model, "model", "width")
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
-        self.source = None
 
     def build(self):
-        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
+        self.build_source()
         layers, start = keras.layers, START[self.size]
         ups = {28: 2, 32: 3, 64: 4}[self.size]
         width, channels = self.model["width"], self.data["channels"]
@@ -72,9 +70,6 @@ class Unconditional(Task):
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
-    def real_batch(self, batch_size):
-        return {"x": self.source.batch(batch_size, self.rngs.data)}
-
     def random_inputs(self, batch_size):
         noise = self.rngs.noise
         return {
@@ -99,6 +94,3 @@ class Unconditional(Task):
 
     def sample(self, inputs):
         return self.generator(inputs["z"], training=False)
-
-    def trackables(self):
-        return self.source.trackables()
