@@ -62,10 +62,23 @@ def main(argv=None):
         return 130
 
 
+def load(args):
+    """The validated config of `args`, with the config file's folder and the working directory
+    on the import path, so a config can name `module:function` from either."""
+    config = load_config(args.config, args.set)
+    folders = [os.getcwd()]
+    if args.config and os.path.isfile(args.config):
+        folders.insert(0, os.path.dirname(os.path.abspath(args.config)))
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    return config
+
+
 def cmd_train(args):
     from stagegan.rundirs import check_new_run_dir, create_run_dir
 
-    config = load_config(args.config, args.set)
+    config = load(args)
     if args.run_dir:
         check_new_run_dir(args.run_dir)
     import_tensorflow()
@@ -81,7 +94,7 @@ def cmd_train(args):
 
 
 def cmd_plan(args):
-    config = load_config(args.config, args.set)
+    config = load(args)
     import_tensorflow()
     from stagegan.plan import describe_plan
     from stagegan.training import Trainer

@@ -47,7 +47,9 @@ TOP_LEVEL_DEFAULTS = {
     "optimizers": {},
     "checkpoint": {"every": 1000, "keep": 3},
     "log": {"every": 100},
+    "ema": None,
 }
+EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
 STAGE_KEYS = ("name", "steps", "mode", "updates")
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
@@ -124,6 +126,19 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class EmaConfig:
+    """An exponential moving average of one network's weights, used for sampling.
+
+    From global step `start` on, after every step: ema = decay * ema + (1 - decay) * weights.
+    Before `start` the average simply follows the weights.
+    """
+
+    decay: float
+    start: int
+    network: str
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """A whole validated run config.
 
@@ -146,6 +161,7 @@ class RunConfig:
     stages: tuple
     checkpoint: CheckpointConfig
     log: LogConfig
+    ema: object  # EmaConfig, or None when disabled
     raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
 
     @property
@@ -287,6 +303,7 @@ def parse_config(raw):
             keep=_integer(checkpoint["keep"], "checkpoint.keep", minimum=1),
         ),
         log=LogConfig(every=_integer(log["every"], "log.every", minimum=1)),
+        ema=_parse_ema(resolved),
         raw=resolved,
     )
 
@@ -420,6 +437,26 @@ def _parse_devices(value):
     return DevicesConfig(
         towers=towers, variables=_string(devices["variables"], "devices.variables")
     )
+
+
+def _parse_ema(resolved):
+    """`ema: {decay, start, network}` (defaults filled in, and written back); None disables."""
+    value = resolved["ema"]
+    if value is None or value is False:
+        resolved["ema"] = None
+        return None
+    value = {**EMA_DEFAULTS, **_mapping(value, "ema")}
+    _check_keys(value, tuple(EMA_DEFAULTS), "ema")
+    decay = _number(value["decay"], "ema.decay")
+    if not 0 <= decay < 1:
+        raise ConfigError("ema.decay", f"must be in [0, 1). Received: {decay}")
+    ema = EmaConfig(
+        decay=decay,
+        start=_integer(value["start"], "ema.start", minimum=0),
+        network=_string(value["network"], "ema.network"),
+    )
+    resolved["ema"] = value
+    return ema
 
 
 def _parse_optimizer(spec, key):

@@ -110,16 +110,34 @@ def r1_penalty(discriminator, real):
 # Reconstruction ------------------------------------------------------------------------------
 
 
-def _masked_mean(values, mask):
+REDUCTIONS = ("mean", "sum")
+
+
+def _masked(values, mask, reduction):
     mask = tf.cast(tf.broadcast_to(mask, tf.shape(values)), values.dtype)
+    if reduction == "sum":
+        # Per example, the sum over masked elements (a squared norm for L2); then the batch mean.
+        return tf.reduce_mean(tf.reduce_sum(values * mask, axis=tf.range(1, tf.rank(values))))
     return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
-def masked_l1(target, output, mask):
-    """Mean absolute error over the elements where `mask` is 1 (broadcast over channels)."""
-    return _masked_mean(tf.abs(tf.cast(output, tf.float32) - tf.cast(target, tf.float32)), mask)
+def _difference(target, output):
+    return tf.cast(output, tf.float32) - tf.cast(target, tf.float32)
 
 
-def masked_l2(target, output, mask):
-    """Mean squared error over the elements where `mask` is 1 (broadcast over channels)."""
-    return _masked_mean(tf.square(tf.cast(output, tf.float32) - tf.cast(target, tf.float32)), mask)
+def masked_l1(target, output, mask, reduction="mean"):
+    """Absolute error over the elements where `mask` is 1 (broadcast over channels).
+
+    reduction "mean": the mean over masked elements. "sum": each example's sum over its masked
+    elements, averaged over the batch.
+    """
+    return _masked(tf.abs(_difference(target, output)), mask, reduction)
+
+
+def masked_l2(target, output, mask, reduction="mean"):
+    """Squared error over the elements where `mask` is 1, reduced as in `masked_l1`.
+
+    With reduction "sum" this is GLCIC's ||M * (C(x, M) - x)||^2 per image, the loss the
+    paper's alpha = 0.0004 is weighed against.
+    """
+    return _masked(tf.square(_difference(target, output)), mask, reduction)

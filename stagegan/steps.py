@@ -61,15 +61,20 @@ class StageStep:
         compute_terms: `(shard, terms) -> {term: scalar}`, one tower's forward pass.
         devices: `towers.Devices`.
         global_step: the run's int64 step counter, incremented by every stage step.
+        after_step: optional `(global_step) -> None`, traced in after the increment (the
+            generator EMA update).
     """
 
-    def __init__(self, stage, plans, draw_batch, compute_terms, devices, global_step):
+    def __init__(
+        self, stage, plans, draw_batch, compute_terms, devices, global_step, after_step=None
+    ):
         self.stage = stage
         self.plans = tuple(plans)
         self.draw_batch = draw_batch
         self.compute_terms = compute_terms
         self.devices = devices
         self.global_step = global_step
+        self.after_step = after_step
         self.trace_count = 0
         self.dropped = {}  # update name -> paths of variables with no gradient
         self.problems = []  # ConfigErrors found while tracing, raised by `trace`
@@ -119,6 +124,8 @@ class StageStep:
             metrics.update(self._run_simultaneous(stage_step))
         with tf.device(self.devices.variables):
             self.global_step.assign_add(1)
+            if self.after_step is not None:
+                self.after_step(self.global_step)
         return metrics
 
     def _maybe(self, plan, stage_step, run):

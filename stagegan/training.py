@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
+from stagegan.ema import Ema
 from stagegan.errors import ConfigError
 from stagegan.optimizers import make_optimizer
 from stagegan.schedule import Schedule
@@ -53,6 +54,10 @@ class Trainer:
             self.networks = self.task.build()
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.variables = check_partition(self.networks)
+        self.ema = None
+        if config.ema is not None:
+            self.ema = Ema(config.ema, self.networks, self.devices.variables)
+        after_step = self.ema.update if self.ema is not None else None
         self.schedule = Schedule(config.stages)
         selections = self._select_variables()
         self.optimizers = self._build_optimizers(selections)
@@ -69,7 +74,15 @@ class Trainer:
                 for update in stage.updates
             ]
             self.stage_steps.append(
-                StageStep(stage, plans, draw, self.task.losses, self.devices, self.global_step)
+                StageStep(
+                    stage,
+                    plans,
+                    draw,
+                    self.task.losses,
+                    self.devices,
+                    self.global_step,
+                    after_step,
+                )
             )
         self.checkpoint = tf.train.Checkpoint(**self.trackables())
 
@@ -130,6 +143,8 @@ class Trainer:
         objects.update({f"optimizer_{slug(key)}": opt for key, opt in self.optimizers.items()})
         objects.update(self.rngs.trackables())
         objects.update(self.task.trackables())
+        if self.ema is not None:
+            objects.update(self.ema.trackables())
         return objects
 
     def trace(self):
@@ -148,6 +163,14 @@ class Trainer:
         The caller walks positions from `step_count` (the step function advances it).
         """
         return self.stage_steps[position.stage_index](position.stage_step)
+
+    def sample(self, inputs, ema=True):
+        """The task's samples for `inputs`, from the EMA weights when the run keeps an EMA
+        (and `ema` is True), else from the live weights."""
+        if self.ema is None or not ema:
+            return self.task.sample(inputs)
+        with self.ema.swapped():
+            return self.task.sample(inputs)
 
     def trace_counts(self):
         return {s.stage.name: s.trace_count for s in self.stage_steps}

@@ -48,6 +48,18 @@ def test_masked_reconstruction():
     assert float(losses.masked_l1(tf.zeros_like(rgb), rgb, mask)) == pytest.approx(1.0)
 
 
+def test_masked_reconstruction_summed_per_example():
+    # Two examples: the first has errors 1 and -2 in its hole, the second 3 in a one-pixel hole.
+    target = tf.zeros([2, 2, 2, 1])
+    output = tf.constant([[[[1.0], [-2.0]], [[5.0], [5.0]]], [[[3.0], [7.0]], [[7.0], [7.0]]]])
+    mask = tf.constant([[[[1.0], [1.0]], [[0.0], [0.0]]], [[[1.0], [0.0]], [[0.0], [0.0]]]])
+    assert float(losses.masked_l1(target, output, mask, "sum")) == pytest.approx((3 + 3) / 2)
+    assert float(losses.masked_l2(target, output, mask, "sum")) == pytest.approx((5 + 9) / 2)
+    # Over three colour channels a one-channel mask counts every channel.
+    rgb = tf.ones([1, 2, 2, 3])
+    assert float(losses.masked_l2(tf.zeros_like(rgb), rgb, mask[:1], "sum")) == pytest.approx(6)
+
+
 def linear_critic(weights):
     """D(x) = sum(w * x): its input gradient is w everywhere."""
     w = tf.constant(weights)

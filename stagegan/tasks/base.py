@@ -25,6 +25,8 @@ variables that a stage's patterns select.
 
 import copy
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from stagegan.data import ImageSource
@@ -107,6 +109,49 @@ class Task:
     def trackables(self):
         """Extra objects to checkpoint (e.g. a data iterator)."""
         return {}
+
+    def build_network(self, scope, default, inputs, output):
+        """Build network `scope` under `keras.name_scope(scope)` and check its shapes.
+
+        The builder is `model.<scope>` when the config names one (`package.module:function`),
+        else `default`; either is called as `builder(task)` and returns a `keras.Model`.
+
+        Args:
+            scope: "generator" or "discriminator": also the variable scope.
+            default: the task's own builder.
+            inputs: the input shape without the batch axis, or a list of them.
+            output: the expected output shape without the batch axis.
+        """
+        from stagegan.tasks import load_object  # the registry imports this module
+
+        key = f"model.{scope}"
+        path = self.model.get(scope)
+        if path is None:
+            builder = default
+        elif isinstance(path, str):
+            builder = load_object(path, key)
+        else:
+            raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
+        label = path or f"the built-in {scope}"
+        with keras.name_scope(scope):
+            network = builder(self)
+        if not isinstance(network, keras.Model):
+            raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
+        several = isinstance(inputs, list)
+        zeros = [tf.zeros((1, *shape)) for shape in (inputs if several else [inputs])]
+        try:
+            result = network(zeros if several else zeros[0], training=False)
+        except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(
+                key, f"{label} cannot take inputs of shape {inputs}: {first}"
+            ) from None
+        got = tuple(np.shape(result))[1:]
+        if got != tuple(output) and not (tuple(output) == (1,) and got == ()):
+            raise ConfigError(
+                key, f"{label} maps {inputs} to shape {list(got)}; the task needs {list(output)}"
+            )
+        return network
 
 
 class ImageTask(Task):

@@ -8,6 +8,9 @@ the hole (local branch) together.
 Loss terms:
     reconstruction      masked L2 in the hole, or L1 with `loss.reconstruction: l1`
     reconstruction_l1   masked L1 in the hole
+        Both are reduced by `loss.reduction`: "sum" (the default, as in the paper: per image,
+        the sum over hole pixels and channels, then the batch mean, so that the paper's
+        alpha = 0.0004 keeps its meaning) or "mean" (the mean over hole elements).
     d_adversarial       real images against completed ones (`loss.adversarial`)
     g_adversarial       the completion network's adversarial loss on completed images
 
@@ -32,8 +35,8 @@ class Completion(ImageTask):
     loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial")
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
-        "model": {"width": 32, "dilations": [2, 4, 8]},
-        "loss": {"adversarial": "non_saturating", "reconstruction": "l2"},
+        "model": {"width": 32, "dilations": [2, 4, 8], "generator": None, "discriminator": None},
+        "loss": {"adversarial": "non_saturating", "reconstruction": "l2", "reduction": "sum"},
     }
 
     def __init__(self, options, rngs):
@@ -51,6 +54,7 @@ class Completion(ImageTask):
         if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
             raise ConfigError("model.dilations", "must be a list of positive integers")
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
+        choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.size = d["size"]
         if self.size % 4:
@@ -62,48 +66,14 @@ class Completion(ImageTask):
     # Networks --------------------------------------------------------------------------------
 
     def build(self):
-        size, channels, width = self.size, self.data["channels"], self.model["width"]
         self.build_source()
-        layers = keras.layers
-        with keras.name_scope("generator"):
-            x = keras.Input((size, size, channels + 1))
-            h = layers.Conv2D(width, 5, padding="same", activation="relu", name="enc1")(x)
-            h = layers.Conv2D(
-                2 * width, 3, strides=2, padding="same", activation="relu", name="enc2"
-            )(h)
-            h = layers.Conv2D(2 * width, 3, padding="same", activation="relu", name="enc3")(h)
-            for rate in self.model["dilations"]:
-                h = layers.Conv2D(
-                    2 * width,
-                    3,
-                    padding="same",
-                    dilation_rate=rate,
-                    activation="relu",
-                    name=f"dilated{rate}",
-                )(h)
-            h = layers.Conv2D(2 * width, 3, padding="same", activation="relu", name="mid")(h)
-            h = layers.Conv2DTranspose(
-                width, 4, strides=2, padding="same", activation="relu", name="dec1"
-            )(h)
-            h = layers.Conv2D(width // 2, 3, padding="same", activation="relu", name="dec2")(h)
-            y = layers.Conv2D(channels, 3, padding="same", activation="tanh", name="out")(h)
-            self.generator = keras.Model(x, y, name="generator")
-        with keras.name_scope("discriminator"):
-            image = keras.Input((size, size, channels))
-            crop = keras.Input((self.crop, self.crop, channels))
-            g = image
-            for i, mult in enumerate((1, 2, 4)):
-                g = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"global{i}")(g)
-                g = layers.LeakyReLU(0.2)(g)
-            g = layers.Dense(64, name="global_fc")(layers.Flatten()(g))
-            c = crop
-            for i, mult in enumerate((1, 2)):
-                c = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"local{i}")(c)
-                c = layers.LeakyReLU(0.2)(c)
-            c = layers.Dense(64, name="local_fc")(layers.Flatten()(c))
-            both = layers.Concatenate()([g, c])
-            logit = layers.Dense(1, name="out")(layers.LeakyReLU(0.2)(both))
-            self.discriminator = keras.Model([image, crop], logit, name="discriminator")
+        size, channels, crop = self.size, self.data["channels"], self.crop
+        self.generator = self.build_network(
+            "generator", generator, (size, size, channels + 1), (size, size, channels)
+        )
+        self.discriminator = self.build_network(
+            "discriminator", discriminator, [(size, size, channels), (crop, crop, channels)], (1,)
+        )
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -129,9 +99,9 @@ class Completion(ImageTask):
         out = {}
         if "reconstruction" in terms:
             reconstruction = RECONSTRUCTION[self.loss["reconstruction"]]
-            out["reconstruction"] = reconstruction(x, raw, mask)
+            out["reconstruction"] = reconstruction(x, raw, mask, self.loss["reduction"])
         if "reconstruction_l1" in terms:
-            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask)
+            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
             fake = tf.stop_gradient(completed)
             real_logits = self.discriminator([x, self.crops(x, offsets)], training=True)
@@ -144,6 +114,53 @@ class Completion(ImageTask):
 
     def sample(self, inputs):
         return self.complete(inputs["x"], inputs["mask"], training=False)[1]
+
+
+# The built-in networks: `model.generator` / `model.discriminator` may name replacements with
+# the same signature (`builder(task) -> keras.Model`).
+
+
+def generator(task):
+    """Encoder, dilated convolutions, decoder: [S, S, C + 1] (image with hole, mask) ->
+    [S, S, C] in [-1, 1]."""
+    size, channels, width = task.size, task.data["channels"], task.model["width"]
+    layers = keras.layers
+    conv = lambda filters, kernel, name, **kw: layers.Conv2D(
+        filters, kernel, padding="same", activation="relu", name=name, **kw
+    )
+    x = keras.Input((size, size, channels + 1))
+    h = conv(width, 5, "enc1")(x)
+    h = conv(2 * width, 3, "enc2", strides=2)(h)
+    h = conv(2 * width, 3, "enc3")(h)
+    for rate in task.model["dilations"]:
+        h = conv(2 * width, 3, f"dilated{rate}", dilation_rate=rate)(h)
+    h = conv(2 * width, 3, "mid")(h)
+    h = layers.Conv2DTranspose(width, 4, strides=2, padding="same", activation="relu", name="dec1")(
+        h
+    )
+    h = conv(width // 2, 3, "dec2")(h)
+    y = layers.Conv2D(channels, 3, padding="same", activation="tanh", name="out")(h)
+    return keras.Model(x, y, name="generator")
+
+
+def discriminator(task):
+    """Global and local branches: [whole image [S, S, C], crop [c, c, C]] -> one logit."""
+    size, channels, width, crop = task.size, task.data["channels"], task.model["width"], task.crop
+    layers = keras.layers
+    image = keras.Input((size, size, channels))
+    patch = keras.Input((crop, crop, channels))
+
+    def branch(h, name, mults):
+        for i, mult in enumerate(mults):
+            h = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"{name}{i}")(h)
+            h = layers.LeakyReLU(0.2)(h)
+        return layers.Dense(64, name=f"{name}_fc")(layers.Flatten()(h))
+
+    both = layers.Concatenate()(
+        [branch(image, "global", (1, 2, 4)), branch(patch, "local", (1, 2))]
+    )
+    logit = layers.Dense(1, name="out")(layers.LeakyReLU(0.2)(both))
+    return keras.Model([image, patch], logit, name="discriminator")
 
 
 def draw_holes(rng, batch_size, size, options, crop):

@@ -27,14 +27,29 @@ def mode_centres(layout):
     return np.array([(x, y) for x in values for y in values], np.float32)
 
 
-def mlp(scope, inputs, hidden, layers, outputs):
-    with keras.name_scope(scope):
-        x = keras.Input((inputs,))
-        h = x
-        for i in range(layers):
-            h = keras.layers.Dense(hidden, activation="relu", name=f"hidden{i}")(h)
-        y = keras.layers.Dense(outputs, name="out")(h)
-        return keras.Model(x, y, name=scope)
+def mlp(name, inputs, hidden, layers, outputs):
+    x = keras.Input((inputs,))
+    h = x
+    for i in range(layers):
+        h = keras.layers.Dense(hidden, activation="relu", name=f"hidden{i}")(h)
+    y = keras.layers.Dense(outputs, name="out")(h)
+    return keras.Model(x, y, name=name)
+
+
+# The built-in networks: `model.generator` / `model.discriminator` may name replacements with
+# the same signature (`builder(task) -> keras.Model`).
+
+
+def generator(task):
+    """MLP: z [latent_dim] -> a point [2]."""
+    m = task.model
+    return mlp("generator", m["latent_dim"], m["hidden"], m["layers"], 2)
+
+
+def discriminator(task):
+    """MLP: a point [2] -> one logit."""
+    m = task.model
+    return mlp("discriminator", 2, m["hidden"], m["layers"], 1)
 
 
 class Mog2D(Task):
@@ -42,7 +57,13 @@ class Mog2D(Task):
     loss_terms = ("d_loss", "g_loss")
     defaults = {
         "data": {"layout": "ring", "std": None},
-        "model": {"latent_dim": 16, "hidden": 128, "layers": 3},
+        "model": {
+            "latent_dim": 16,
+            "hidden": 128,
+            "layers": 3,
+            "generator": None,
+            "discriminator": None,
+        },
         "loss": {"adversarial": "non_saturating"},
     }
 
@@ -59,9 +80,9 @@ class Mog2D(Task):
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
 
     def build(self):
-        m = self.model
-        self.generator = mlp("generator", m["latent_dim"], m["hidden"], m["layers"], 2)
-        self.discriminator = mlp("discriminator", 2, m["hidden"], m["layers"], 1)
+        latent = (self.model["latent_dim"],)
+        self.generator = self.build_network("generator", generator, latent, (2,))
+        self.discriminator = self.build_network("discriminator", discriminator, (2,), (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 

@@ -17,7 +17,8 @@ from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.tasks.base import ImageTask, positive
 
-START = {28: 7, 32: 4, 64: 4}
+START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
+UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
 
 class Unconditional(ImageTask):
@@ -25,7 +26,13 @@ class Unconditional(ImageTask):
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
     defaults = {
         "data": dict(DATA_DEFAULTS),
-        "model": {"latent_dim": 64, "width": 64, "batchnorm": True},
+        "model": {
+            "latent_dim": 64,
+            "width": 64,
+            "batchnorm": True,
+            "generator": None,
+            "discriminator": None,
+        },
         "loss": {"adversarial": "non_saturating"},
     }
 
@@ -40,33 +47,10 @@ class Unconditional(ImageTask):
 
     def build(self):
         self.build_source()
-        layers, start = keras.layers, START[self.size]
-        ups = {28: 2, 32: 3, 64: 4}[self.size]
-        width, channels = self.model["width"], self.data["channels"]
-        norm = self.model["batchnorm"]
-        with keras.name_scope("generator"):
-            z = keras.Input((self.model["latent_dim"],))
-            top = width * 2 ** (ups - 1)
-            h = layers.Dense(start * start * top, use_bias=not norm, name="project")(z)
-            h = layers.Reshape((start, start, top))(h)
-            for i in range(ups):
-                if norm:
-                    h = layers.BatchNormalization(name=f"bn{i}")(h)
-                h = layers.ReLU()(h)
-                last = i == ups - 1
-                filters = channels if last else width * 2 ** (ups - 2 - i)
-                h = layers.Conv2DTranspose(
-                    filters, 4, strides=2, padding="same", use_bias=last or not norm, name=f"up{i}"
-                )(h)
-            self.generator = keras.Model(z, layers.Activation("tanh")(h), name="generator")
-        with keras.name_scope("discriminator"):
-            x = keras.Input((self.size, self.size, channels))
-            h = x
-            for i in range(ups):
-                h = layers.Conv2D(width * 2**i, 4, strides=2, padding="same", name=f"down{i}")(h)
-                h = layers.LeakyReLU(0.2)(h)
-            logit = layers.Dense(1, name="out")(layers.Flatten()(h))
-            self.discriminator = keras.Model(x, logit, name="discriminator")
+        image = (self.size, self.size, self.data["channels"])
+        latent = (self.model["latent_dim"],)
+        self.generator = self.build_network("generator", generator, latent, image)
+        self.discriminator = self.build_network("discriminator", discriminator, image, (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -94,3 +78,40 @@ class Unconditional(ImageTask):
 
     def sample(self, inputs):
         return self.generator(inputs["z"], training=False)
+
+
+# The built-in networks: `model.generator` / `model.discriminator` may name replacements with
+# the same signature (`builder(task) -> keras.Model`).
+
+
+def generator(task):
+    """DCGAN generator: z [latent_dim] -> [S, S, C] in [-1, 1]."""
+    layers, size = keras.layers, task.size
+    start, ups = START[size], UPSAMPLINGS[size]
+    width, channels, norm = task.model["width"], task.data["channels"], task.model["batchnorm"]
+    z = keras.Input((task.model["latent_dim"],))
+    top = width * 2 ** (ups - 1)
+    h = layers.Dense(start * start * top, use_bias=not norm, name="project")(z)
+    h = layers.Reshape((start, start, top))(h)
+    for i in range(ups):
+        if norm:
+            h = layers.BatchNormalization(name=f"bn{i}")(h)
+        h = layers.ReLU()(h)
+        last = i == ups - 1
+        filters = channels if last else width * 2 ** (ups - 2 - i)
+        h = layers.Conv2DTranspose(
+            filters, 4, strides=2, padding="same", use_bias=last or not norm, name=f"up{i}"
+        )(h)
+    return keras.Model(z, layers.Activation("tanh")(h), name="generator")
+
+
+def discriminator(task):
+    """DCGAN discriminator: [S, S, C] -> one logit."""
+    layers, size, width = keras.layers, task.size, task.model["width"]
+    x = keras.Input((size, size, task.data["channels"]))
+    h = x
+    for i in range(UPSAMPLINGS[size]):
+        h = layers.Conv2D(width * 2**i, 4, strides=2, padding="same", name=f"down{i}")(h)
+        h = layers.LeakyReLU(0.2)(h)
+    logit = layers.Dense(1, name="out")(layers.Flatten()(h))
+    return keras.Model(x, logit, name="discriminator")

@@ -1,0 +1,25 @@
+"""Network builders named by tests as `model.generator: custom_networks:...` (mog2d task)."""
+
+import keras
+
+
+def wide(task):
+    """A valid mog2d generator: z -> Dense(32) -> Dense(32) -> 2."""
+    z = keras.Input((task.model["latent_dim"],))
+    h = keras.layers.Dense(32, activation="relu", name="a")(z)
+    h = keras.layers.Dense(32, activation="relu", name="b")(h)
+    return keras.Model(z, keras.layers.Dense(2, name="out")(h))
+
+
+def three_outputs(task):
+    z = keras.Input((task.model["latent_dim"],))
+    return keras.Model(z, keras.layers.Dense(3, name="out")(z))
+
+
+def wrong_input(task):
+    z = keras.Input((5,))
+    return keras.Model(z, keras.layers.Dense(2, name="out")(z))
+
+
+def not_a_model(task):
+    return keras.layers.Dense(2)

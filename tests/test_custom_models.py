@@ -1,0 +1,61 @@
+"""Custom networks by `model.generator` / `model.discriminator` paths, and their errors."""
+
+import pytest
+
+from stagegan.config import parse_config
+from stagegan.errors import ConfigError
+from stagegan.training import Trainer
+
+
+def trainer(**model):
+    raw = {
+        "task": "mog2d",
+        "batch_size": 8,
+        "model": {"latent_dim": 4, "hidden": 8, "layers": 1, **model},
+        "stages": [
+            {"name": "d", "steps": 1, "updates": [{"train": "discriminator/*", "loss": "d_loss"}]},
+            {"name": "g", "steps": 1, "updates": [{"train": "generator/*", "loss": "g_loss"}]},
+        ],
+    }
+    return Trainer(parse_config(raw))
+
+
+def test_custom_generator_is_built_under_its_scope_and_trained():
+    t = trainer(generator="custom_networks:wide")
+    paths = [v.path for v in t.variables if v.path.startswith("generator/")]
+    assert paths == [
+        "generator/a/kernel",
+        "generator/a/bias",
+        "generator/b/kernel",
+        "generator/b/bias",
+        "generator/out/kernel",
+        "generator/out/bias",
+    ]
+    assert t.task.generator.count_params() == 4 * 32 + 32 + 32 * 32 + 32 + 32 * 2 + 2
+    before = t.task.generator.get_weights()
+    for position in t.schedule.positions(0):
+        t.step(position)
+    after = t.task.generator.get_weights()
+    assert all((b != a).any() for b, a in zip(before, after, strict=True))
+    # The built-in discriminator is untouched by the generator's replacement.
+    assert "discriminator/hidden0/kernel" in [v.path for v in t.variables]
+
+
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        ({"generator": "custom_networks:three_outputs"}, ["maps (4,) to shape [3]", "needs [2]"]),
+        ({"generator": "custom_networks:wrong_input"}, ["cannot take inputs of shape (4,)"]),
+        ({"generator": "custom_networks:not_a_model"}, ["returned Dense, not a keras.Model"]),
+        ({"discriminator": "custom_networks:nope"}, ["has no attribute 'nope'"]),
+        ({"discriminator": "no_such_module:d"}, ["cannot import module 'no_such_module'"]),
+        ({"generator": "custom_networks"}, ["expected 'package.module:function'"]),
+        ({"generator": 3}, ["expected 'package.module:function'"]),
+    ],
+)
+def test_bad_network_paths_name_the_key(model, words):
+    with pytest.raises(ConfigError) as error:
+        trainer(**model)
+    assert error.value.key == f"model.{next(iter(model))}"
+    for word in words:
+        assert word in str(error.value)
