@@ -215,7 +215,7 @@ def test_installed_package_finds_its_stages_and_configs(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "stagegan", "plan", "--set", "stages=alternating"],
+        [sys.executable, "-m", "stagegan", "plan", "--set", "stages=glcic"],
         cwd=elsewhere,
         env={**os.environ, "PYTHONPATH": str(target)},
         capture_output=True,
@@ -223,4 +223,4 @@ def test_installed_package_finds_its_stages_and_configs(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "stage 0 'alternating'" in result.stdout
+    assert "stage 2 'joint': 1200 steps" in result.stdout

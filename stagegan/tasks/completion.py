@@ -122,23 +122,26 @@ class Completion(ImageTask):
 
 def generator(task):
     """Encoder, dilated convolutions, decoder: [S, S, C + 1] (image with hole, mask) ->
-    [S, S, C] in [-1, 1]."""
+    [S, S, C] in [-1, 1].
+
+    The decoder upsamples by nearest-neighbour resizing then a convolution (no checkerboard
+    artifacts, unlike a strided transposed convolution), and sees the full-resolution encoder
+    features through a skip connection, so known pixels next to the hole stay crisp.
+    """
     size, channels, width = task.size, task.data["channels"], task.model["width"]
     layers = keras.layers
     conv = lambda filters, kernel, name, **kw: layers.Conv2D(
         filters, kernel, padding="same", activation="relu", name=name, **kw
     )
     x = keras.Input((size, size, channels + 1))
-    h = conv(width, 5, "enc1")(x)
-    h = conv(2 * width, 3, "enc2", strides=2)(h)
+    skip = conv(width, 5, "enc1")(x)
+    h = conv(2 * width, 3, "enc2", strides=2)(skip)
     h = conv(2 * width, 3, "enc3")(h)
     for rate in task.model["dilations"]:
         h = conv(2 * width, 3, f"dilated{rate}", dilation_rate=rate)(h)
     h = conv(2 * width, 3, "mid")(h)
-    h = layers.Conv2DTranspose(width, 4, strides=2, padding="same", activation="relu", name="dec1")(
-        h
-    )
-    h = conv(width // 2, 3, "dec2")(h)
+    h = conv(width, 3, "dec1")(layers.UpSampling2D(2, interpolation="nearest")(h))
+    h = conv(width, 3, "dec2")(layers.Concatenate()([h, skip]))
     y = layers.Conv2D(channels, 3, padding="same", activation="tanh", name="out")(h)
     return keras.Model(x, y, name="generator")
 
