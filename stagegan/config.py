@@ -372,11 +372,12 @@ def apply_overrides(raw, overrides):
                     raise ConfigError(
                         where, f"--set: {format_key_path(parts[:depth])} is not a mapping"
                     )
+                section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
+                if (section is None or isinstance(section, dict)) and node.get(part) is None:
+                    # An absent or null section starts from its defaults (`ema`: none, so {}).
+                    node[part] = copy.deepcopy(section or {})
                 if part not in node:
-                    default = TOP_LEVEL_DEFAULTS.get(part) if depth == 0 else None
-                    if not isinstance(default, dict):
-                        raise ConfigError(where, "--set: unknown key")
-                    node[part] = copy.deepcopy(default)
+                    raise ConfigError(where, "--set: unknown key")
                 node = node[part]
         last = parts[-1]
         if isinstance(last, int):

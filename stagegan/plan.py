@@ -25,6 +25,12 @@ def describe_plan(trainer):
             for scope, vs in scopes.items()
         )
     )
+    if config.ema is not None:
+        ema = config.ema
+        lines.append(
+            f"ema: {ema.network}/ ({len(trainer.ema.averages)} weights), decay {ema.decay:g} "
+            f"from step {ema.start}; samples come from the average"
+        )
     users = {}
     for stage in config.stages:
         for update in stage.updates:

@@ -141,10 +141,20 @@ def test_overrides_parse_yaml_and_reach_into_stage_files():
     assert config.checkpoint.keep == 5 and config.name == "renamed"
 
 
+def test_overrides_reach_into_an_absent_or_null_section():
+    # `ema` defaults to null: setting one of its keys enables it with the other defaults.
+    for raw in (base(), base(ema=None)):
+        config = parse_config(apply_overrides(raw, ["ema.decay=0.9"]))
+        assert (config.ema.decay, config.ema.start, config.ema.network) == (0.9, 0, "generator")
+    assert parse_config(apply_overrides(base(), ["log.every=7"])).log.every == 7
+
+
 @pytest.mark.parametrize(
     "item, key",
     [
         ("nokey", "--set"),
+        ("seed.x=1", "seed"),
+        ("ema.decay.x=1", "ema.decay"),
         ("devices.gpus.x=1", "devices.gpus"),
         ("stages[9].steps=1", "stages[9]"),
         ("batch_size=[1", "batch_size"),

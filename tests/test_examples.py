@@ -26,6 +26,10 @@ def stagegan(*args, cwd):
 
 
 def test_custom_task_trains_with_lazy_r1_and_ema(tmp_path):
+    plan = stagegan("plan", "--config", str(EXAMPLES / "swissroll.yaml"), cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    # Two Dense(64) layers and an output layer: 3 kernels and 3 biases.
+    assert "ema: generator/ (6 weights), decay 0.99 from step 500" in plan.stdout
     run_dir = tmp_path / "run"
     result = stagegan(
         "train",
@@ -64,6 +68,7 @@ def test_custom_generator_in_a_builtin_task(tmp_path):
     # The U-Net by hand: e1 3*3*4*16+16, e2 3*3*16*32+32, m1 and m2 3*3*32*32+32 each,
     # d1 4*4*32*16+16, out 3*3*32*3+3 (after the skip connection's 16+16 channels).
     assert "generator/ (12 variables, 32,803 parameters)" in result.stdout
+    assert "ema:" not in result.stdout  # the example keeps no average
     run_dir = tmp_path / "run"
     result = stagegan(
         "train",
