@@ -1,4 +1,5 @@
-"""The command line: `train` and `plan`. Parses arguments, calls library functions.
+"""The command line: `train`, `plan`, `sample` and `eval`. Parses arguments, calls library
+functions.
 
 Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
 """
@@ -41,6 +42,41 @@ def build_parser():
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
     config_arguments(plan)
     plan.set_defaults(func=cmd_plan)
+
+    def run_arguments(p):
+        p.add_argument("--run", required=True, help="the run folder")
+        p.add_argument(
+            "--checkpoint",
+            help="a checkpoint: its global step, or its path (default: the newest)",
+        )
+        p.add_argument(
+            "--no-ema", action="store_true", help="use the live weights even if the run has an EMA"
+        )
+
+    sample = commands.add_parser("sample", help="write samples from a run's checkpoint")
+    run_arguments(sample)
+    sample.add_argument("--num", type=int, required=True, help="how many samples")
+    sample.add_argument(
+        "--output", required=True, help="FILE.npy (the raw array) or FILE.png (a picture)"
+    )
+    sample.add_argument("--seed", type=int, default=0, help="fixes the inputs (default: 0)")
+    sample.add_argument(
+        "--input", help="completion: complete your own images from this folder (masks generated)"
+    )
+    sample.set_defaults(func=cmd_sample)
+
+    evaluate = commands.add_parser("eval", help="print a run's metrics (appended to eval.jsonl)")
+    run_arguments(evaluate)
+    evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    evaluate.add_argument("--count", type=int, help="samples to evaluate (default: the task's)")
+    evaluate.add_argument("--seed", type=int, help="fixes the inputs (default: the run seed)")
+    evaluate.add_argument(
+        "--features",
+        metavar="PACKAGE.MODULE:FUNCTION",
+        help="FID/KID feature extractor: a function returning a Keras model that maps images "
+        "in [-1, 1] to features (default: InceptionV3 with ImageNet weights)",
+    )
+    evaluate.set_defaults(func=cmd_eval)
     return parser
 
 
@@ -109,6 +145,45 @@ def cmd_plan(args):
         logger.setLevel(level)
     print(describe_plan(trainer))
     return 0
+
+
+def cmd_sample(args):
+    if args.num < 1:
+        raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
+    import_tensorflow()
+    from stagegan.runs import restore_run, write_samples
+
+    quiet_logs()
+    trainer, _ = restore_run(args.run, args.checkpoint)
+    print(
+        write_samples(
+            trainer, args.output, args.num, args.seed, ema=not args.no_ema, input_dir=args.input
+        )
+    )
+    return 0
+
+
+def cmd_eval(args):
+    import json
+
+    if args.count is not None and args.count < 2:
+        raise ConfigError("--count", f"must be at least 2. Received: {args.count}")
+    import_tensorflow()
+    from stagegan.evaluation import format_table
+    from stagegan.runs import evaluate_run, restore_run
+
+    quiet_logs()
+    trainer, path = restore_run(args.run, args.checkpoint)
+    result = evaluate_run(
+        trainer, args.run, path, args.count, args.seed, args.features, ema=not args.no_ema
+    )
+    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def quiet_logs():
+    """`sample` and `eval` print their result only (building the trainer logs nothing)."""
+    logging.getLogger("stagegan").setLevel(logging.WARNING)
 
 
 def import_tensorflow():

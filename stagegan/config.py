@@ -18,7 +18,10 @@ A run config (every key but `task`, `batch_size` and `stages` has a default):
     optimizers: {g: {type: adam, learning_rate: 1.0e-4}}
     stages: alternating          # a file in stages/, a path, or an inline list
     checkpoint: {every: 1000, keep: 3}
-    log: {every: 100}
+    log: {every: 100, tensorboard: true, histograms: 0, progress: auto}
+    samples: {every: 500, count: null, seed: null, ema: true}   # null: no sample dumps
+    ema: null                    # {decay: 0.999, start: 0, network: generator}
+    eval: null                   # {every: 0, count: null, features: null}: eval in train
 """
 
 import copy
@@ -46,10 +49,14 @@ TOP_LEVEL_DEFAULTS = {
     "devices": {"towers": 1, "variables": "/CPU:0"},
     "optimizers": {},
     "checkpoint": {"every": 1000, "keep": 3},
-    "log": {"every": 100},
+    "log": {"every": 100, "tensorboard": True, "histograms": 0, "progress": "auto"},
+    "samples": {"every": 500, "count": None, "seed": None, "ema": True},
     "ema": None,
+    "eval": None,
 }
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
+EVAL_DEFAULTS = {"every": 0, "count": None, "features": None}
+PROGRESS = ("auto", "bar", "lines")
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
 STAGE_KEYS = ("name", "steps", "mode", "updates")
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
@@ -122,7 +129,41 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
+    """Console, `metrics.jsonl` and TensorBoard output.
+
+    `every`: log (console, metrics, TensorBoard scalars) every this many steps and at stage
+    ends. `histograms`: weight and gradient histograms every this many steps (0: at stage ends
+    only). `progress`: `bar` (a live progress bar), `lines` (plain log lines) or `auto` (a bar
+    when stdout is a terminal).
+    """
+
     every: int
+    tensorboard: bool
+    histograms: int
+    progress: str
+
+
+@dataclass(frozen=True)
+class SamplesConfig:
+    """Sample dumps: every `every` steps (0: stage ends only) and at every stage end, `count`
+    samples (None: the task's `sample_count`) from inputs fixed at the start of the run from
+    `seed` (None: the run seed). `ema`: sample from the EMA weights when the run has an EMA."""
+
+    every: int
+    count: int
+    seed: int
+    ema: bool
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
+    `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
+    `package.module:function` for FID/KID."""
+
+    every: int
+    count: object
+    features: object
 
 
 @dataclass(frozen=True)
@@ -161,7 +202,9 @@ class RunConfig:
     stages: tuple
     checkpoint: CheckpointConfig
     log: LogConfig
+    samples: object  # SamplesConfig, or None when disabled
     ema: object  # EmaConfig, or None when disabled
+    eval: object  # EvalConfig, or None when disabled
     raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
 
     @property
@@ -259,7 +302,10 @@ def parse_config(raw):
     resolved = {}
     for key, default in TOP_LEVEL_DEFAULTS.items():
         value = raw.get(key, copy.deepcopy(default))
-        if isinstance(default, dict) and key in ("devices", "checkpoint", "log"):
+        if isinstance(default, dict) and key in ("devices", "checkpoint", "log", "samples"):
+            if key == "samples" and value is None:
+                resolved[key] = None
+                continue
             value = {**default, **_mapping(value, key)}
         resolved[key] = value
     resolved.update({key: raw[key] for key in REQUIRED_TOP_LEVEL})
@@ -281,7 +327,11 @@ def parse_config(raw):
     checkpoint = resolved["checkpoint"]
     _check_keys(checkpoint, ("every", "keep"), "checkpoint")
     log = resolved["log"]
-    _check_keys(log, ("every",), "log")
+    _check_keys(log, tuple(TOP_LEVEL_DEFAULTS["log"]), "log")
+    if log["progress"] not in PROGRESS:
+        raise ConfigError(
+            "log.progress", f"must be one of {', '.join(PROGRESS)}. Received: {log['progress']!r}"
+        )
     task = _string(resolved["task"], "task")
     # Keep only the named optimizers that are used, so the saved config stays honest.
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
@@ -302,8 +352,15 @@ def parse_config(raw):
             every=_integer(checkpoint["every"], "checkpoint.every", minimum=0),
             keep=_integer(checkpoint["keep"], "checkpoint.keep", minimum=1),
         ),
-        log=LogConfig(every=_integer(log["every"], "log.every", minimum=1)),
+        log=LogConfig(
+            every=_integer(log["every"], "log.every", minimum=1),
+            tensorboard=_boolean(log["tensorboard"], "log.tensorboard"),
+            histograms=_integer(log["histograms"], "log.histograms", minimum=0),
+            progress=log["progress"],
+        ),
+        samples=_parse_samples(resolved),
         ema=_parse_ema(resolved),
+        eval=_parse_eval(resolved),
         raw=resolved,
     )
 
@@ -458,6 +515,40 @@ def _parse_ema(resolved):
     )
     resolved["ema"] = value
     return ema
+
+
+def _parse_samples(resolved):
+    value = resolved["samples"]
+    if value is None:
+        return None
+    _check_keys(value, tuple(TOP_LEVEL_DEFAULTS["samples"]), "samples")
+    seed = value["seed"]
+    return SamplesConfig(
+        every=_integer(value["every"], "samples.every", minimum=0),
+        count=None if value["count"] is None else _integer(value["count"], "samples.count", 1),
+        seed=resolved["seed"] if seed is None else _integer(seed, "samples.seed", minimum=0),
+        ema=_boolean(value["ema"], "samples.ema"),
+    )
+
+
+def _parse_eval(resolved):
+    """`eval: {every, count, features}` (defaults filled in, and written back); None disables."""
+    value = resolved["eval"]
+    if value is None or value is False:
+        resolved["eval"] = None
+        return None
+    value = {**EVAL_DEFAULTS, **_mapping(value, "eval")}
+    _check_keys(value, tuple(EVAL_DEFAULTS), "eval")
+    count = value["count"]
+    features = value["features"]
+    if features is not None:
+        _string(features, "eval.features")
+    resolved["eval"] = value
+    return EvalConfig(
+        every=_integer(value["every"], "eval.every", minimum=0),
+        count=None if count is None else _integer(count, "eval.count", minimum=2),
+        features=features,
+    )
 
 
 def _parse_optimizer(spec, key):

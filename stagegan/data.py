@@ -97,6 +97,20 @@ def load_images(options, seed, held_out=False):
     return None
 
 
+HELD_OUT_SOURCES = ("shapes", "mnist", "fashion_mnist", "cifar10")
+
+
+def has_held_out(source):
+    """Whether `load_images(..., held_out=True)` gives images that training never sees."""
+    return source in HELD_OUT_SOURCES
+
+
+def take_stream_images(options, count):
+    """The first `count` images of a streamed source (uint8), from a pipeline of its own."""
+    batches = _tfrecord_images(options).take(count).batch(count)
+    return next(iter(batches)).numpy()
+
+
 def tfrecord_dataset(options, seed, batch_size):
     """The streaming pipeline of `tfrecord`: a `tf.data.Dataset` of global batches."""
     ds = _tfrecord_images(options)

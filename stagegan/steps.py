@@ -76,15 +76,22 @@ class StageStep:
         self.global_step = global_step
         self.after_step = after_step
         self.trace_count = 0
+        self.gradient_trace_count = 0  # traces of the variant that also returns gradients
+        self._gradients = None  # trace time only: where `_reduce` collects gradients
         self.dropped = {}  # update name -> paths of variables with no gradient
         self.problems = []  # ConfigErrors found while tracing, raised by `trace`
         self.function = tf.function(self._step)
 
-    def __call__(self, stage_step):
-        """Run stage step `stage_step` (an int); returns `{metric: scalar tensor}`."""
+    def __call__(self, stage_step, with_gradients=False):
+        """Run stage step `stage_step` (an int); returns `{metric: scalar tensor}`.
+
+        With `with_gradients` (for histograms) the result also holds every applied averaged
+        gradient as `gradients/<update>/<variable path>`; that variant is traced separately
+        and does exactly the same step.
+        """
         if not self.trace_count:
             self.trace()
-        return self.function(tf.constant(stage_step, tf.int64))
+        return self.function(tf.constant(stage_step, tf.int64), with_gradients)
 
     def trace(self):
         """Trace now (once): logs dropped variables, raises what tracing found wrong."""
@@ -113,8 +120,12 @@ class StageStep:
 
     # Traced code ----------------------------------------------------------------------------
 
-    def _step(self, stage_step):
-        self.trace_count += 1
+    def _step(self, stage_step, with_gradients=False):
+        if with_gradients:
+            self.gradient_trace_count += 1
+        else:
+            self.trace_count += 1
+        self._gradients = {} if with_gradients else None
         metrics = {}
         if self.stage.mode == "sequential":
             for plan in self.plans:
@@ -126,12 +137,21 @@ class StageStep:
             self.global_step.assign_add(1)
             if self.after_step is not None:
                 self.after_step(self.global_step)
+        gradients, self._gradients = self._gradients or {}, None
+        metrics.update({f"gradients/{name}": g for name, g in gradients.items()})
         return metrics
 
     def _maybe(self, plan, stage_step, run):
         """Run `run` on active steps only; inactive steps report NaN metrics."""
         if plan.update.every == 1:
             return run()
+        collecting, self._gradients = self._gradients, None  # no tensors out of a tf.cond
+        try:
+            return self._cond(plan, stage_step, run)
+        finally:
+            self._gradients = collecting
+
+    def _cond(self, plan, stage_step, run):
         skipped = lambda: {name: tf.constant(float("nan")) for name in plan.metric_names()}
         active = tf.equal(stage_step % plan.update.every, 0)
         return tf.cond(active, run, skipped)
@@ -210,4 +230,7 @@ class StageStep:
         if len(terms) > 1:
             metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
         metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm([g for g, _ in pairs])
+        if self._gradients is not None:
+            for gradient, variable in pairs:
+                self._gradients[f"{update.name}/{variable.path}"] = gradient
         return pairs, metrics

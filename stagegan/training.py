@@ -5,6 +5,7 @@ trainer.trace()                              # traces every stage once (finds No
 train(trainer, run_dir)                      # the loop: steps, logs, checkpoints
 """
 
+import contextlib
 import logging
 import re
 import time
@@ -157,20 +158,30 @@ class Trainer:
         """Stage steps completed so far (the global step)."""
         return int(self.global_step.numpy())
 
-    def step(self, position):
-        """Run the step at `position` (a `schedule.Position`); returns scalar metric tensors.
+    def step(self, position, with_gradients=False):
+        """Run the step at `position` (a `schedule.Position`); returns scalar metric tensors
+        (and, `with_gradients`, the applied gradients: see `StageStep.__call__`).
 
         The caller walks positions from `step_count` (the step function advances it).
         """
-        return self.stage_steps[position.stage_index](position.stage_step)
+        return self.stage_steps[position.stage_index](position.stage_step, with_gradients)
 
     def sample(self, inputs, ema=True):
         """The task's samples for `inputs`, from the EMA weights when the run keeps an EMA
         (and `ema` is True), else from the live weights."""
+        with self.sampling_weights(ema):
+            return self.task.sample(inputs)
+
+    def sample_outputs(self, inputs, ema=True):
+        """The task's named output arrays for `inputs` (see `Task.sample_outputs`)."""
+        with self.sampling_weights(ema):
+            return self.task.sample_outputs(inputs)
+
+    def sampling_weights(self, ema=True):
+        """A context in which the networks hold the weights to sample from."""
         if self.ema is None or not ema:
-            return self.task.sample(inputs)
-        with self.ema.swapped():
-            return self.task.sample(inputs)
+            return contextlib.nullcontext()
+        return self.ema.swapped()
 
     def trace_counts(self):
         return {s.stage.name: s.trace_count for s in self.stage_steps}
@@ -189,16 +200,21 @@ class _Meter:
     steps: int = 0
     examples: int = 0
 
-    def rates(self, now):
-        elapsed = max(now - self.start, 1e-9)
-        return self.examples / elapsed, elapsed / max(self.steps, 1)
+    def rate(self, now):
+        return self.examples / max(now - self.start, 1e-9)
 
 
 def train(trainer, run_dir, stop_after=None):
     """Run the schedule from the trainer's current global step to the end.
 
-    Checkpoints go to `run_dir/checkpoints`: every `checkpoint.every` steps (the newest `keep`
-    stay), at the end of every stage (never rotated away), and at the end of the run.
+    Writes into `run_dir`:
+        checkpoints/      every `checkpoint.every` steps (the newest `keep` stay), at the end
+                          of every stage (never rotated away), and at the end of the run
+        metrics.jsonl     one record per logged step (`log.every`, and every stage end)
+        tensorboard/      the same scalars, the sample pictures, weight and gradient
+                          histograms (`log.histograms`, and every stage end)
+        samples/          sample pictures (`samples.every`, and every stage end), manifest
+        plots/losses.png  loss curves, redrawn at every stage end
 
     Args:
         trainer: a built `Trainer`.
@@ -208,57 +224,119 @@ def train(trainer, run_dir, stop_after=None):
     Returns:
         The last logged metrics, as floats.
     """
+    from stagegan.evaluation import Evaluation
+    from stagegan.logs import Progress, RunLog, plot_losses, read_metrics
+    from stagegan.samples import SampleDumper
+
     config = trainer.config
     schedule = trainer.schedule
     store = CheckpointStore(run_dir / "checkpoints", trainer.checkpoint, config.checkpoint.keep)
     start = trainer.step_count
-    meter = _Meter(time.perf_counter())
+    evaluation = None
+    if config.eval is not None:
+        evaluation = Evaluation(
+            trainer,
+            run_dir,
+            count=config.eval.count,
+            seed=config.seed,
+            features=config.eval.features,
+            features_key="eval.features",
+        )
+        evaluation.check()  # e.g. FID features that cannot load: fail now, not in an hour
+    runlog = RunLog(run_dir, config.log.tensorboard)
+    dumper = SampleDumper(trainer, run_dir, config.samples) if config.samples else None
+    progress = Progress(schedule, config.log.progress, start)
+    boundaries = [
+        (stage.name, schedule.stage_end(i) - stage.steps) for i, stage in enumerate(schedule.stages)
+    ]
+    began = time.perf_counter()
+    meter = _Meter(began)
     last = {}
-    for position in schedule.positions(start):
-        stage = schedule.stages[position.stage_index]
-        stage_step = trainer.stage_steps[position.stage_index]
-        if position.stage_step == 0 or position.global_step == start:
-            log.info(
-                "stage %d/%d %r: %s, %d steps, updates: %s",
-                position.stage_index + 1,
-                len(schedule.stages),
-                stage.name,
-                stage.mode,
-                stage.steps,
-                ", ".join(u.name for u in stage.updates),
+    try:
+        for position in schedule.positions(start):
+            index = position.stage_index
+            stage = schedule.stages[index]
+            if position.stage_step == 0 or position.global_step == start:
+                progress.stage_started(position, resumed=position.stage_step > 0)
+            done = position.global_step + 1
+            stage_done = done == schedule.stage_end(index)
+            every = config.log.histograms
+            histograms = config.log.tensorboard and (stage_done or (every and done % every == 0))
+            metrics = trainer.step(position, with_gradients=histograms)
+            names = [k for k in metrics if k.startswith("gradients/")]
+            gradients = {k: metrics.pop(k) for k in names}
+            meter.steps += 1
+            meter.examples += (
+                trainer.stage_steps[index].batches_per_step(position.stage_step) * config.batch_size
             )
-        metrics = trainer.step(position)
-        done = position.global_step + 1
-        meter.steps += 1
-        meter.examples += stage_step.batches_per_step(position.stage_step) * config.batch_size
-        stage_done = done == schedule.stage_end(position.stage_index)
-        if done % config.log.every == 0 or stage_done:
-            last = {k: float(v) for k, v in metrics.items() if not np.isnan(float(v))}
-            examples_per_sec, sec_per_step = meter.rates(time.perf_counter())
-            values = " ".join(f"{k}={v:.4f}" for k, v in last.items())
-            log.info(
-                "[%s] step %d/%d (stage %d/%d) %s | %.0f ex/s %.4f s/step",
-                stage.name,
-                done,
-                schedule.total_steps,
-                position.stage_step + 1,
-                stage.steps,
-                values,
-                examples_per_sec,
-                sec_per_step,
-            )
-            meter = _Meter(time.perf_counter())
-        tags = []
-        if stage_done:
-            tags.append(f"stage_end:{stage.name}")
-            if done == schedule.total_steps:
-                tags.append("final")
-        elif config.checkpoint.every and done % config.checkpoint.every == 0:
-            tags.append("periodic")
-        if tags:
-            path = store.save(done, tags)
+            if done % config.log.every == 0 or stage_done:
+                now = time.perf_counter()
+                last = {k: float(v) for k, v in metrics.items()}
+                rate = meter.rate(now)
+                record = {
+                    "step": done,
+                    "stage": stage.name,
+                    "stage_step": position.stage_step + 1,
+                    "time": round(now - began, 3),
+                    "wall_time": round(time.time(), 3),
+                    "examples_per_sec": round(rate, 2),
+                    **last,
+                }
+                runlog.scalars(record)
+                progress.step(position, done, last, rate)
+                last = {k: v for k, v in last.items() if not np.isnan(v)}
+                meter = _Meter(now)
+            else:
+                progress.step(position, done)
+            if histograms:
+                arrays = {f"weights/{v.path}": v.numpy() for v in trainer.variables}
+                arrays.update({k: v.numpy() for k, v in gradients.items()})
+                runlog.histograms(done, stage.name, arrays)
+            if dumper is not None and dumper.due(done, stage_done):
+                _, picture = dumper.dump(done, stage.name)
+                runlog.image(done, "samples", picture)
+            if evaluation is not None and (
+                stage_done or (config.eval.every and done % config.eval.every == 0)
+            ):
+                evaluate_into(evaluation, runlog, done, stage, position, began)
+            tags = []
             if stage_done:
-                log.info("checkpoint %s (%s)", path, ", ".join(tags))
-        if stop_after is not None and done - start >= stop_after:
-            break
+                tags.append(f"stage_end:{stage.name}")
+                if done == schedule.total_steps:
+                    tags.append("final")
+            elif config.checkpoint.every and done % config.checkpoint.every == 0:
+                tags.append("periodic")
+            if tags:
+                path = store.save(done, tags)
+                if stage_done:
+                    log.info("checkpoint %s (%s)", path, ", ".join(tags))
+            if stage_done:
+                plots = run_dir / "plots"
+                plots.mkdir(exist_ok=True)
+                plot_losses(read_metrics(runlog.path), boundaries, plots / "losses.png")
+            if stop_after is not None and done - start >= stop_after:
+                break
+    finally:
+        runlog.close()
     return last
+
+
+def evaluate_into(evaluation, runlog, done, stage, position, began):
+    """Evaluate inside `train`: numbers into metrics.jsonl and TensorBoard, a log line."""
+    result = evaluation.run()
+    values = {
+        f"eval/{k}": v
+        for k, v in result["metrics"].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    runlog.scalars(
+        {
+            "step": done,
+            "stage": stage.name,
+            "stage_step": position.stage_step + 1,
+            "time": round(time.perf_counter() - began, 3),
+            **values,
+        }
+    )
+    text = " ".join(f"{k[5:]}={v:.4g}" for k, v in values.items())
+    log.info("[%s] eval at step %d: %s", stage.name, done, text)

@@ -69,7 +69,7 @@ def test_train_logs_stages_steps_and_throughput(run):
     assert "stage 3/3 'joint': simultaneous, 5 steps" in out
     line = next(s for s in out.splitlines() if s.startswith("[joint] step 12/12"))
     assert "(stage 5/5)" in line and "discriminator/d_loss=" in line and "generator/g_loss=" in line
-    assert "ex/s" in line and "s/step" in line
+    assert "ex/s" in line and "ETA stage 0:00, run 0:00" in line
     assert result.stderr.strip() == ""
 
 

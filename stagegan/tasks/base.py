@@ -21,6 +21,10 @@ variables that a stage's patterns select.
             ...
         def sample(self, inputs):            # inputs from random_inputs -> outputs
             ...
+
+Pictures, exports and metrics have defaults that suit image and 2-D point outputs; a task
+overrides `sample_inputs`, `sample_outputs`, `picture`, `export` or `evaluate` to do better
+(see `stagegan.tasks.completion`).
 """
 
 import copy
@@ -29,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from stagegan import pictures
 from stagegan.data import ImageSource
 from stagegan.errors import ConfigError
 
@@ -110,6 +115,53 @@ class Task:
         """Extra objects to checkpoint (e.g. a data iterator)."""
         return {}
 
+    # Samples and evaluation -------------------------------------------------------------------
+
+    eval_count = 1000  # samples an evaluation uses unless told otherwise
+    sample_count = 16  # samples in a training dump unless told otherwise
+
+    def sample_inputs(self, count, seed):
+        """Inputs for `count` samples, fixed by `seed` alone: `({name: array}, info)`.
+
+        The default draws `random_inputs(count)` from a fresh noise stream of `seed`, leaving
+        the run's own stream untouched. `info` is a small JSON-able dict (e.g. whether the
+        inputs are held-out images) saved with the inputs.
+        """
+        saved = self.rngs.noise
+        self.rngs.noise = make_generator(seed, NOISE_STREAM)
+        try:
+            inputs = self.random_inputs(count)
+        finally:
+            self.rngs.noise = saved
+        return {name: np.asarray(value) for name, value in inputs.items()}, {}
+
+    def sample_outputs(self, inputs):
+        """Named output arrays for `inputs`; `samples` is what `export` saves."""
+        return {"samples": np.asarray(self.sample(inputs))}
+
+    def picture(self, inputs, outputs, info):
+        """One uint8 RGB picture of the outputs: a grid of images, or a scatter of 2-D points."""
+        samples = outputs["samples"]
+        if samples.ndim == 4:
+            return pictures.image_grid(samples)
+        if samples.ndim == 2 and samples.shape[1] == 2:
+            limit = 1.1 * float(np.abs(samples).max()) + 1e-3
+            return pictures.scatter(samples, np.zeros((0, 2)), limit)
+        raise ConfigError(
+            "task",
+            f"task {self.name!r} has no picture for samples of shape {list(samples.shape)}; "
+            "override Task.picture",
+        )
+
+    def export(self, outputs):
+        """The array `stagegan sample` writes to .npy: images in [0, 1], other samples as is."""
+        samples = outputs["samples"]
+        return (samples + 1.0) / 2.0 if samples.ndim == 4 else samples
+
+    def evaluate(self, evaluation):
+        """The task's metrics, `{name: value}`, given a `stagegan.evaluation.Evaluation`."""
+        raise ConfigError("task", f"task {self.name!r} defines no metrics (Task.evaluate)")
+
     def build_network(self, scope, default, inputs, output):
         """Build network `scope` under `keras.name_scope(scope)` and check its shapes.
 
@@ -162,11 +214,33 @@ class ImageTask(Task):
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
 
+    def reference_images(self, count, seed):
+        """`count` real images in [-1, 1] for samples and metrics: `(images, held_out)`.
+
+        Held-out images where the source has a held-out split, else training images; chosen
+        by `seed` alone, without replacement while there are enough.
+        """
+        images, held_out = reference_images(self.data, self.rngs.seed, count)
+        rng = np.random.default_rng(seed)
+        index = rng.choice(len(images), count, replace=count > len(images))
+        return images[index].astype(np.float32) / 127.5 - 1.0, held_out
+
     def real_batch(self, batch_size):
         return {"x": self.source.batch(batch_size, self.rngs.data)}
 
     def trackables(self):
         return self.source.trackables()
+
+
+def reference_images(options, seed, count):
+    """The uint8 images behind `ImageTask.reference_images` and whether they are held out."""
+    from stagegan.data import has_held_out, load_images, take_stream_images
+
+    held_out = has_held_out(options["source"])
+    images = load_images(options, seed, held_out=held_out)
+    if images is None:  # a streamed source: its first `count` images, from a fresh pipeline
+        images = take_stream_images(options, count)
+    return images, held_out
 
 
 def merge_options(options, defaults):

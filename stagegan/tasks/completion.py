@@ -20,12 +20,13 @@ Masks are drawn from the run's noise stream for the whole global batch.
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from stagegan import losses
+from stagegan import losses, metrics, pictures
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import ImageTask, choice, positive
+from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, make_generator, positive
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
@@ -114,6 +115,64 @@ class Completion(ImageTask):
 
     def sample(self, inputs):
         return self.complete(inputs["x"], inputs["mask"], training=False)[1]
+
+    # Samples and evaluation -------------------------------------------------------------------
+
+    eval_count = 256
+    sample_count = 8  # rows
+    reconstruction_terms = frozenset({"reconstruction", "reconstruction_l1"})
+
+    def sample_inputs(self, count, seed):
+        """Real images (held out where the source has a split) with holes, fixed by `seed`."""
+        images, held_out = self.reference_images(count, seed)
+        return self.inputs_for_images(images, seed), {"held_out": held_out}
+
+    def inputs_for_images(self, images, seed):
+        """Holes for given images in [-1, 1], drawn from `seed`'s noise stream."""
+        holes = draw_holes(
+            make_generator(seed, NOISE_STREAM), len(images), self.size, self.data, self.crop
+        )
+        return {"x": np.asarray(images, np.float32), **{k: v.numpy() for k, v in holes.items()}}
+
+    def sample_outputs(self, inputs):
+        raw, completed = self.complete(
+            tf.constant(inputs["x"]), tf.constant(inputs["mask"]), training=False
+        )
+        return {"samples": completed.numpy(), "raw": raw.numpy()}
+
+    def picture(self, inputs, outputs, info):
+        """Rows of original | masked input | raw generator output | completed; the original
+        only where the images are held out (or the user's own)."""
+        x, mask = inputs["x"], inputs["mask"]
+        masked = x * (1.0 - mask) + mask  # the hole in white
+        columns = [masked, outputs["raw"], outputs["samples"]]
+        if info.get("held_out"):
+            columns.insert(0, x)
+        return pictures.image_rows(columns)
+
+    def evaluate(self, evaluation):
+        """L1, PSNR and SSIM in the holes of held-out images (values in [0, 1]), with two
+        baselines computed in the same run: the mean colour of the known pixels filled in,
+        and the generator at the end of the reconstruction-only stage."""
+        inputs, info = self.sample_inputs(evaluation.count, evaluation.seed)
+        x, mask = inputs["x"], inputs["mask"]
+        truth = (x + 1.0) / 2.0
+        score = lambda completed: metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
+        result = {"held_out": bool(info["held_out"]), "count": len(x)}
+        result.update(score(evaluation.sample_outputs(inputs)["samples"]))
+        known = 1.0 - mask
+        mean_colour = (x * known).sum(axis=(1, 2), keepdims=True) / known.sum(
+            axis=(1, 2), keepdims=True
+        )
+        fill = x * known + mean_colour * mask
+        result.update({f"mean_fill/{k}": v for k, v in score(fill).items()})
+        stage = evaluation.last_stage_with_only(self.reconstruction_terms, "generator")
+        path = evaluation.stage_checkpoint(stage) if stage else None
+        if path is not None:
+            with evaluation.weights_from(path):
+                baseline = evaluation.sample_outputs(inputs)["samples"]
+            result.update({f"reconstruction_only/{k}": v for k, v in score(baseline).items()})
+        return result
 
 
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with

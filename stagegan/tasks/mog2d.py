@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses
+from stagegan import losses, metrics, pictures
 from stagegan.errors import ConfigError
 from stagegan.tasks.base import Task, choice, positive
 
@@ -107,3 +107,19 @@ class Mog2D(Task):
 
     def sample(self, inputs):
         return self.generator(inputs["z"], training=False)
+
+    eval_count = 2500  # as in the VEEGAN and PacGAN papers
+    sample_count = 1000  # points in a scatter
+
+    def picture(self, inputs, outputs, info):
+        """Generated points over the true mode centres."""
+        centres = self.centres.numpy()
+        limit = float(np.abs(centres).max()) * 1.5 + 0.2
+        return pictures.scatter(outputs["samples"], centres, limit)
+
+    def evaluate(self, evaluation):
+        """Modes captured, share of high-quality samples and reverse KL (`metrics.mode_metrics`)."""
+        inputs, _ = self.sample_inputs(evaluation.count, evaluation.seed)
+        points = evaluation.sample_outputs(inputs)["samples"]
+        coverage = metrics.mode_metrics(points, self.centres.numpy(), self.std)
+        return {"count": len(points), **coverage}

@@ -79,6 +79,13 @@ class Unconditional(ImageTask):
     def sample(self, inputs):
         return self.generator(inputs["z"], training=False)
 
+    needs_features = True  # FID/KID: Evaluation.check loads the extractor before training
+
+    def evaluate(self, evaluation):
+        """FID and KID between generated and real images (held out where the source has a
+        split), on the features of `evaluation.features()`."""
+        return evaluation.fid_kid(self)
+
 
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with
 # the same signature (`builder(task) -> keras.Model`).

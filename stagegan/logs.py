@@ -1,0 +1,287 @@
+"""What a run reports while it trains: `metrics.jsonl`, TensorBoard, the console, loss plots.
+
+* `RunLog` appends one JSON object per logged step to `RUN/metrics.jsonl` and mirrors the
+  scalars, sample pictures and histograms into TensorBoard event files (`RUN/tensorboard/`).
+* `Progress` draws a `keras.utils.Progbar` per stage when stdout is a terminal, and writes
+  plain log lines otherwise.
+* `plot_losses` draws `RUN/plots/losses.png` from `metrics.jsonl`.
+"""
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+log = logging.getLogger("stagegan")
+
+METRICS = "metrics.jsonl"
+RECORD_FIELDS = ("step", "stage", "stage_step", "time", "wall_time", "examples_per_sec")
+
+
+class RunLog:
+    """`metrics.jsonl` plus TensorBoard.
+
+    Args:
+        run_dir: the run folder.
+        tensorboard: also write TensorBoard event files.
+    """
+
+    def __init__(self, run_dir, tensorboard=True):
+        self.path = run_dir / METRICS
+        self.writer = None
+        if tensorboard:
+            import tensorflow as tf
+
+            self.writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
+
+    def scalars(self, record):
+        """Append `record` (RECORD_FIELDS plus `{name: value}`) and write its scalars."""
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default(step=record["step"]):
+            for name, value in record.items():
+                if name in ("step", "stage", "stage_step"):
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    if math.isfinite(value):
+                        tf.summary.scalar(name, value)
+        self.writer.flush()
+
+    def image(self, step, name, picture):
+        """A uint8 [H, W, 3] picture, into TensorBoard."""
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default(step=step):
+            tf.summary.image(name, picture[None], max_outputs=1)
+        self.writer.flush()
+
+    def histograms(self, step, stage, arrays):
+        """Histograms of `{name: array}` (weights and gradients), grouped under the stage."""
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default(step=step):
+            for name, value in arrays.items():
+                tf.summary.histogram(f"{stage}/{name}", value)
+        self.writer.flush()
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _jsonable(record):
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None  # JSON has no NaN
+        out[key] = value
+    return out
+
+
+def read_metrics(path):
+    """The records of a `metrics.jsonl` (skipping a torn last line)."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    except FileNotFoundError:
+        return []
+    return records
+
+
+# Console --------------------------------------------------------------------------------------
+
+
+def format_duration(seconds):
+    seconds = int(round(max(seconds, 0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+class Progress:
+    """The console view of training: a progress bar per stage, or plain log lines.
+
+    Args:
+        schedule: the run's `Schedule`.
+        mode: "bar", "lines" or "auto" (a bar when stdout is a terminal).
+        start_step: the global step the run starts from (for the run ETA).
+    """
+
+    def __init__(self, schedule, mode, start_step):
+        if mode == "auto":
+            mode = "bar" if sys.stdout.isatty() else "lines"
+        self.mode = mode
+        self.schedule = schedule
+        self.start_step = start_step
+        self.started = time.perf_counter()
+        self.bar = None
+
+    def run_eta(self, done):
+        """Seconds left in the run, from the average pace since this process started."""
+        elapsed = time.perf_counter() - self.started
+        steps = done - self.start_step
+        if steps <= 0:
+            return float("nan")
+        return elapsed / steps * (self.schedule.total_steps - done)
+
+    def stage_started(self, position, resumed=False):
+        stage = self.schedule.stages[position.stage_index]
+        log.info(
+            "stage %d/%d %r: %s, %d steps%s, updates: %s",
+            position.stage_index + 1,
+            len(self.schedule.stages),
+            stage.name,
+            stage.mode,
+            stage.steps,
+            f" (from step {position.stage_step})" if resumed else "",
+            ", ".join(u.name for u in stage.updates),
+        )
+        if self.mode == "bar":
+            from keras.utils import Progbar
+
+            self.bar = Progbar(stage.steps, unit_name="step")
+            if position.stage_step:
+                self.bar.update(position.stage_step)
+
+    def step(self, position, done, values=None, examples_per_sec=None):
+        """After stage step `position` (global steps completed: `done`); `values` on log steps."""
+        if self.mode != "bar":
+            if values is not None:
+                self._line(position, done, values, examples_per_sec)
+            return
+        shown = None
+        if values is not None:
+            shown = [(k, v) for k, v in values.items() if not k.endswith("grad_norm")]
+            shown.append(("ex/s", examples_per_sec))
+            shown.append(("run ETA s", self.run_eta(done)))
+            self.bar.stateful_metrics.update(k for k, _ in shown)  # show values, not means
+        self.bar.update(position.stage_step + 1, values=shown, finalize=None)
+
+    def _line(self, position, done, values, examples_per_sec):
+        stage = self.schedule.stages[position.stage_index]
+        pace = (time.perf_counter() - self.started) / max(done - self.start_step, 1)
+        stage_left = pace * (stage.steps - position.stage_step - 1)
+        text = " ".join(f"{k}={v:.4f}" for k, v in values.items() if math.isfinite(v))
+        log.info(
+            "[%s] step %d/%d (stage %d/%d) %s | %.0f ex/s | ETA stage %s, run %s",
+            stage.name,
+            done,
+            self.schedule.total_steps,
+            position.stage_step + 1,
+            stage.steps,
+            text,
+            examples_per_sec,
+            format_duration(stage_left),
+            format_duration(self.run_eta(done)),
+        )
+
+
+# Plots ----------------------------------------------------------------------------------------
+
+PLOT_COLUMNS = 2
+PLOT_TILE = (6.0, 3.0)  # inches per subplot
+PLOT_DPI = 100
+
+
+def loss_names(records):
+    """The loss curves to plot: every logged value except bookkeeping, norms and evals."""
+    names = []
+    for record in records:
+        for key in record:
+            if key in RECORD_FIELDS or key in names:
+                continue
+            if key.endswith("grad_norm") or key.startswith("eval/"):
+                continue
+            names.append(key)
+    return names
+
+
+def plot_size(count):
+    """The pixel size (width, height) of a loss plot with `count` curves."""
+    rows = max(1, math.ceil(count / PLOT_COLUMNS))
+    return int(PLOT_COLUMNS * PLOT_TILE[0] * PLOT_DPI), int(rows * PLOT_TILE[1] * PLOT_DPI)
+
+
+def smooth(values, weight):
+    """TensorBoard-style exponential smoothing with debiasing, skipping missing values."""
+    out, average, count = [], 0.0, 0
+    for value in values:
+        if value is None or not math.isfinite(value):
+            out.append(float("nan"))
+            continue
+        count += 1
+        average = weight * average + (1 - weight) * value
+        out.append(average / (1 - weight**count))
+    return out
+
+
+def plot_losses(records, stages, path):
+    """Draw the loss curves of `records` (from metrics.jsonl) into the PNG `path`.
+
+    One panel per loss value; the smoothed curve solid, the raw values faint behind; every
+    stage boundary a dashed vertical line labelled with the name of the stage it starts.
+
+    Args:
+        records: metrics records.
+        stages: `[(name, first global step)]`, in order.
+        path: the PNG to write (atomically).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = loss_names(records)
+    width, height = plot_size(len(names))
+    figure = Figure(figsize=(width / PLOT_DPI, height / PLOT_DPI), dpi=PLOT_DPI)
+    FigureCanvasAgg(figure)
+    rows = max(1, math.ceil(len(names) / PLOT_COLUMNS))
+    if not names:
+        figure.text(0.5, 0.5, "no losses logged yet", ha="center", va="center")
+    weight = 0.9 if len(records) > 50 else 0.6
+    for index, name in enumerate(names):
+        axes = figure.add_subplot(rows, PLOT_COLUMNS, index + 1)
+        points = [(r["step"], r.get(name)) for r in records if r.get(name) is not None]
+        steps = np.array([p[0] for p in points])
+        values = [p[1] for p in points]
+        axes.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=0.8)
+        axes.plot(steps, smooth(values, weight), color="tab:blue", linewidth=1.5)
+        for stage_index, (stage, first) in enumerate(stages):
+            if stage_index:
+                axes.axvline(first, color="grey", linestyle="--", linewidth=0.8)
+            axes.text(  # vertical labels, staggered so that short stages stay readable
+                first,
+                0.98 if stage_index % 2 == 0 else 0.5,
+                f" {stage}",
+                transform=axes.get_xaxis_transform(),
+                rotation=90,
+                fontsize=7,
+                va="top",
+                ha="left",
+                color="dimgrey",
+            )
+        axes.set_title(name, fontsize=9)
+        axes.tick_params(labelsize=7)
+        axes.set_xlabel("global step", fontsize=7)
+        if len(stages) and stages[-1][1] is not None:
+            axes.set_xlim(left=0)
+    figure.tight_layout()
+    tmp = f"{path}.tmp.png"
+    figure.savefig(tmp, dpi=PLOT_DPI, format="png")
+    os.replace(tmp, path)
+    return path

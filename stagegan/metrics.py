@@ -1,0 +1,186 @@
+"""Evaluation maths, in numpy, each function testable on its own.
+
+* `mode_metrics`: mixture-of-Gaussians coverage as in VEEGAN (Srivastava et al. 2017) and
+  PacGAN (Lin et al. 2018).
+* `hole_metrics`: L1, PSNR and SSIM inside the holes of completed images.
+* `frechet_distance` (FID) and `kernel_inception_distance` (KID) between feature sets.
+"""
+
+import numpy as np
+
+# Modes ----------------------------------------------------------------------------------------
+
+
+def mode_metrics(points, centres, std):
+    """Coverage of a 2-D Gaussian mixture by generated points.
+
+    A point is high quality when it lies within 3 standard deviations of its nearest centre;
+    a mode is captured when at least one high-quality point is assigned to it.
+
+    Args:
+        points: [N, 2] generated points.
+        centres: [K, 2] mode centres.
+        std: the modes' standard deviation.
+
+    Returns:
+        `{"modes": captured modes, "modes_total": K, "high_quality": share of high-quality
+        points, "reverse_kl": KL(generated mode histogram || uniform)}`. The histogram counts
+        the high-quality points per mode; with none, the reverse KL is None (undefined).
+    """
+    points = np.asarray(points, np.float64)
+    centres = np.asarray(centres, np.float64)
+    distances = np.linalg.norm(points[:, None, :] - centres[None, :, :], axis=-1)
+    nearest = distances.argmin(axis=1)
+    good = distances[np.arange(len(points)), nearest] <= 3.0 * std
+    counts = np.bincount(nearest[good], minlength=len(centres))
+    result = {
+        "modes": int((counts > 0).sum()),
+        "modes_total": int(len(centres)),
+        "high_quality": float(good.mean()) if len(points) else 0.0,
+        "reverse_kl": None,
+    }
+    if counts.sum():
+        p = counts / counts.sum()
+        q = 1.0 / len(centres)
+        nonzero = p > 0
+        result["reverse_kl"] = float(np.sum(p[nonzero] * np.log(p[nonzero] / q)))
+    return result
+
+
+# Holes ----------------------------------------------------------------------------------------
+
+SSIM_SIZE, SSIM_SIGMA = 11, 1.5  # Wang et al. 2004, as in tf.image.ssim
+SSIM_K1, SSIM_K2 = 0.01, 0.03
+
+
+def hole_metrics(truth, completed, mask):
+    """Errors inside the holes, on images in [0, 1].
+
+    Args:
+        truth, completed: [N, H, W, C] in [0, 1].
+        mask: [N, H, W, 1] (or [N, H, W]), 1 inside the hole.
+
+    Returns:
+        `{"l1": mean |error| over hole elements, "psnr": mean over images of
+        10 log10(1 / MSE over the image's hole) in dB, "ssim": mean over images of the SSIM
+        map averaged over the hole}`. SSIM uses the 11x11 Gaussian window (sigma 1.5) of
+        `tf.image.ssim`; a hole pixel within 5 pixels of the border counts through the nearest
+        full window.
+    """
+    truth = np.asarray(truth, np.float64)
+    completed = np.asarray(completed, np.float64)
+    mask = np.asarray(mask, np.float64)
+    if mask.ndim == 3:
+        mask = mask[..., None]
+    weight = np.broadcast_to(mask, truth.shape)
+    error = completed - truth
+    l1 = float(np.sum(np.abs(error) * weight) / np.sum(weight))
+    per_image = np.sum(error**2 * weight, axis=(1, 2, 3)) / np.maximum(
+        np.sum(weight, axis=(1, 2, 3)), 1
+    )
+    psnr = 10.0 * np.log10(1.0 / np.maximum(per_image, 1e-10))
+    ssim_map = ssim_maps(truth, completed)  # [N, H - 10, W - 10]
+    window_weights = hole_window_weights(mask[..., 0], ssim_map.shape[1:])
+    ssim = np.sum(ssim_map * window_weights, axis=(1, 2)) / np.maximum(
+        np.sum(window_weights, axis=(1, 2)), 1e-12
+    )
+    return {"l1": l1, "psnr": float(psnr.mean()), "ssim": float(ssim.mean())}
+
+
+def gaussian_window(size=SSIM_SIZE, sigma=SSIM_SIGMA):
+    coords = np.arange(size, dtype=np.float64) - (size - 1) / 2.0
+    g = np.exp(-(coords**2) / (2 * sigma**2))
+    g /= g.sum()
+    return np.outer(g, g)
+
+
+def _filter_valid(images, window):
+    """2-D 'valid' correlation of [N, H, W, C] images with a [k, k] window, per channel."""
+    k = window.shape[0]
+    n, h, w, c = images.shape
+    out = np.zeros((n, h - k + 1, w - k + 1, c))
+    for i in range(k):
+        for j in range(k):
+            out += window[i, j] * images[:, i : i + h - k + 1, j : j + w - k + 1]
+    return out
+
+
+def ssim_maps(a, b, max_value=1.0):
+    """Per-window SSIM [N, H - 10, W - 10], averaged over channels (as `tf.image.ssim`)."""
+    window = gaussian_window()
+    c1, c2 = (SSIM_K1 * max_value) ** 2, (SSIM_K2 * max_value) ** 2
+    mu_a, mu_b = _filter_valid(a, window), _filter_valid(b, window)
+    aa = _filter_valid(a * a, window) - mu_a**2
+    bb = _filter_valid(b * b, window) - mu_b**2
+    ab = _filter_valid(a * b, window) - mu_a * mu_b
+    luminance = (2 * mu_a * mu_b + c1) / (mu_a**2 + mu_b**2 + c1)
+    structure = (2 * ab + c2) / (aa + bb + c2)
+    return (luminance * structure).mean(axis=-1)
+
+
+def hole_window_weights(mask, map_shape):
+    """How many hole pixels each SSIM window stands for: a pixel counts for the window centred
+    on it, or the nearest full window near the border."""
+    n, h, w = mask.shape
+    half = SSIM_SIZE // 2
+    rows = np.clip(np.arange(h) - half, 0, map_shape[0] - 1)
+    cols = np.clip(np.arange(w) - half, 0, map_shape[1] - 1)
+    weights = np.zeros((n, *map_shape))
+    np.add.at(weights, (slice(None), rows[:, None], cols[None, :]), mask)
+    return weights
+
+
+# FID and KID ----------------------------------------------------------------------------------
+
+
+def frechet_distance(features_a, features_b):
+    """FID between two feature sets [N, D]: |mu_a - mu_b|^2 + Tr(S_a + S_b - 2 (S_a S_b)^1/2).
+
+    Tr((S_a S_b)^1/2) is the sum of the square roots of the eigenvalues of
+    S_a^1/2 S_b S_a^1/2, which is symmetric positive semi-definite (numpy only, no scipy).
+    """
+    a = np.asarray(features_a, np.float64)
+    b = np.asarray(features_b, np.float64)
+    mu_a, mu_b = a.mean(axis=0), b.mean(axis=0)
+    cov_a = np.atleast_2d(np.cov(a, rowvar=False))
+    cov_b = np.atleast_2d(np.cov(b, rowvar=False))
+    values, vectors = np.linalg.eigh(cov_a)
+    root_a = (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
+    middle = root_a @ cov_b @ root_a
+    eigen = np.linalg.eigvalsh((middle + middle.T) / 2)
+    trace_root = np.sqrt(np.clip(eigen, 0, None)).sum()
+    distance = np.sum((mu_a - mu_b) ** 2) + np.trace(cov_a) + np.trace(cov_b) - 2 * trace_root
+    return float(max(distance, 0.0))
+
+
+def polynomial_mmd(a, b):
+    """The unbiased MMD^2 estimate with the kernel k(x, y) = (x.y / D + 1)^3."""
+    d = a.shape[1]
+    kaa = (a @ a.T / d + 1) ** 3
+    kbb = (b @ b.T / d + 1) ** 3
+    kab = (a @ b.T / d + 1) ** 3
+    m, n = len(a), len(b)
+    term_a = (kaa.sum() - np.trace(kaa)) / (m * (m - 1))
+    term_b = (kbb.sum() - np.trace(kbb)) / (n * (n - 1))
+    return float(term_a + term_b - 2 * kab.mean())
+
+
+def kernel_inception_distance(features_a, features_b, subsets=10, subset_size=1000, seed=0):
+    """KID (Binkowski et al. 2018): the mean unbiased polynomial-kernel MMD^2 over random
+    subsets (drawn without replacement, `seed`-determined) of min(`subset_size`, N) points.
+
+    Returns:
+        `(mean, standard deviation)` over the subsets.
+    """
+    a = np.asarray(features_a, np.float64)
+    b = np.asarray(features_b, np.float64)
+    size = min(subset_size, len(a), len(b))
+    if size < 2:
+        raise ValueError("KID needs at least 2 samples per set")
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(subsets):
+        ia = rng.choice(len(a), size, replace=False)
+        ib = rng.choice(len(b), size, replace=False)
+        values.append(polynomial_mmd(a[ia], b[ib]))
+    return float(np.mean(values)), float(np.std(values))

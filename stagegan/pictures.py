@@ -1,0 +1,101 @@
+"""Pictures of samples: image grids, completion rows, 2-D scatter plots, and PNG files.
+
+Everything here works on numpy arrays and returns uint8 RGB arrays [H, W, 3], so one picture
+serves a PNG file and a TensorBoard image alike. PNGs are encoded by TensorFlow (no metadata,
+no timestamps): the same array always gives the same bytes.
+"""
+
+import math
+import os
+
+import numpy as np
+
+GAP = 2  # pixels between tiles
+MIN_TILE = 64  # small images are enlarged (nearest neighbour) to at least this side
+
+
+def to_uint8(images):
+    """Images in [-1, 1] (any shape ending in C = 1 or 3) -> uint8 RGB in [0, 255]."""
+    images = np.asarray(images, np.float32)
+    pixels = np.clip(np.round((images + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    if pixels.shape[-1] == 1:
+        pixels = np.repeat(pixels, 3, axis=-1)
+    return pixels
+
+
+def enlarge(images, side=MIN_TILE):
+    """Nearest-neighbour enlargement by the integer factor that brings the side to `side`."""
+    factor = max(1, side // images.shape[-2])
+    if factor == 1:
+        return images
+    return images.repeat(factor, axis=-3).repeat(factor, axis=-2)
+
+
+def tile(rows, background=255):
+    """Lay out a 2-D list of equal-size uint8 tiles [h, w, 3] with GAP pixels between them."""
+    h, w = rows[0][0].shape[:2]
+    columns = max(len(row) for row in rows)
+    canvas = np.full(
+        (len(rows) * (h + GAP) - GAP, columns * (w + GAP) - GAP, 3), background, np.uint8
+    )
+    for r, row in enumerate(rows):
+        for c, image in enumerate(row):
+            canvas[r * (h + GAP) : r * (h + GAP) + h, c * (w + GAP) : c * (w + GAP) + w] = image
+    return canvas
+
+
+def image_grid(images, columns=None):
+    """Images [N, S, S, C] in [-1, 1] -> one grid picture, as square as possible."""
+    tiles = enlarge(to_uint8(images))
+    count = len(tiles)
+    columns = columns or math.ceil(math.sqrt(count))
+    return tile([list(tiles[i : i + columns]) for i in range(0, count, columns)])
+
+
+def image_rows(columns):
+    """Rows of side-by-side images: `columns` is a list of [N, S, S, C] arrays in [-1, 1]; row
+    i shows image i of each column."""
+    tiles = [enlarge(to_uint8(c)) for c in columns]
+    return tile([[c[i] for c in tiles] for i in range(len(tiles[0]))])
+
+
+def scatter(points, centres, limit, size_px=400, title=None):
+    """A scatter plot of 2-D `points` (blue) over the true `centres` (red crosses).
+
+    Drawn with matplotlib's Agg canvas directly (no pyplot global state).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    dpi = 100
+    figure = Figure(figsize=(size_px / dpi, size_px / dpi), dpi=dpi)
+    canvas = FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    points = np.asarray(points)
+    axes.scatter(centres[:, 0], centres[:, 1], s=60, c="tab:red", marker="x", linewidths=1.0)
+    axes.scatter(points[:, 0], points[:, 1], s=3, c="tab:blue", alpha=0.5, linewidths=0, zorder=3)
+    axes.set_xlim(-limit, limit)
+    axes.set_ylim(-limit, limit)
+    axes.set_aspect("equal")
+    if title:
+        axes.set_title(title, fontsize=9)
+    figure.tight_layout()
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def encode_png(picture):
+    """uint8 [H, W, 3] -> PNG bytes."""
+    import tensorflow as tf
+
+    return tf.io.encode_png(np.ascontiguousarray(picture, np.uint8)).numpy()
+
+
+def write_png(picture, path):
+    """Write a picture as a PNG, atomically (a reader never sees half a file)."""
+    data = encode_png(picture)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,156 @@
+"""Working with a finished (or running) run folder: restore it, sample from it, evaluate it.
+
+    trainer, checkpoint = restore_run("runs/00000-completion-shapes")
+    write_samples(trainer, "out.png", num=16, seed=0)
+    result = evaluate_run(trainer, run_dir, checkpoint)
+
+What the CLI's `sample` and `eval` commands do, importable and testable without a subprocess.
+"""
+
+import datetime
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from stagegan import pictures
+from stagegan.checkpoints import CheckpointStore
+from stagegan.config import parse_config, read_yaml
+from stagegan.errors import ConfigError
+
+EVAL_LOG = "eval.jsonl"
+
+
+def run_config(run_dir):
+    """The resolved config a run folder holds (`config.yaml`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError("--run", f"no such run folder: {run_dir}")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError("--run", f"{run_dir} is not a run folder (no config.yaml)")
+    return parse_config(read_yaml(path, "--run"))
+
+
+def find_checkpoint(run_dir, checkpoint=None):
+    """The checkpoint path prefix to restore: `checkpoint` (a step number, or a path with or
+    without `.index`), else the run's newest listed checkpoint."""
+    store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
+    try:
+        entries = store.entries()
+    except (OSError, ValueError, KeyError):
+        raise ConfigError(
+            "--run", f"the checkpoint index of {run_dir} is unreadable (checkpoints/index.json)"
+        ) from None
+    if checkpoint is None:
+        if not entries:
+            raise ConfigError("--run", f"{run_dir} has no checkpoint yet")
+        return store.path_of(entries[-1])
+    text = str(checkpoint)
+    if text.isdigit():
+        found = [e for e in entries if e["step"] == int(text)]
+        if not found:
+            steps = ", ".join(str(e["step"]) for e in entries) or "none"
+            raise ConfigError("--checkpoint", f"no checkpoint at step {text} (steps: {steps})")
+        return store.path_of(found[0])
+    prefix = text[: -len(".index")] if text.endswith(".index") else text
+    if not os.path.exists(prefix + ".index"):
+        raise ConfigError("--checkpoint", f"no checkpoint at {prefix} (no {prefix}.index)")
+    return prefix
+
+
+def restore_run(run_dir, checkpoint=None):
+    """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`.
+
+    Raises:
+        ConfigError: no run folder, no or unknown checkpoint, an unreadable checkpoint.
+    """
+    import tensorflow as tf
+
+    from stagegan.training import Trainer
+
+    config = run_config(run_dir)
+    path = find_checkpoint(run_dir, checkpoint)
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
+        sys.path.insert(0, os.getcwd())
+    trainer = Trainer(config)
+    try:
+        trainer.checkpoint.read(path).expect_partial()
+    except (tf.errors.OpError, ValueError, AssertionError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError("--checkpoint", f"cannot restore {path}: {first}") from None
+    return trainer, path
+
+
+def user_images(task, folder, num):
+    """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
+    from stagegan.data import _load_folder
+
+    options = {**task.data, "source": "folder", "path": folder}
+    try:
+        images = _load_folder(options)
+    except ConfigError as e:
+        raise ConfigError("--input", e.message) from None
+    return images[:num].astype(np.float32) / 127.5 - 1.0
+
+
+def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
+    """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
+    points) or `.png` (the task's picture). Returns a one-line description.
+
+    Raises:
+        ConfigError: an existing or unsupported output file, `--input` for a task that
+            cannot use it.
+    """
+    from stagegan.evaluation import Evaluation
+
+    output = Path(output)
+    if output.suffix.lower() not in (".npy", ".png"):
+        raise ConfigError("--output", f"must end in .npy or .png. Received: {output}")
+    if output.exists():
+        raise ConfigError("--output", f"{output} already exists; not overwritten")
+    if not output.parent.is_dir():
+        raise ConfigError("--output", f"no such folder: {output.parent}")
+    task = trainer.task
+    if input_dir is not None:
+        if not hasattr(task, "inputs_for_images"):
+            raise ConfigError("--input", f"task {task.name!r} takes no input images")
+        images = user_images(task, input_dir, num)
+        inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
+    else:
+        inputs, info = task.sample_inputs(num, seed)
+    evaluation = Evaluation(trainer, None, ema=ema)
+    outputs = evaluation.sample_outputs(inputs)
+    if output.suffix.lower() == ".npy":
+        tmp = output.with_name(output.name + ".tmp.npy")
+        np.save(tmp, np.asarray(task.export(outputs), np.float32))
+        tmp.replace(output)
+    else:
+        pictures.write_png(task.picture(inputs, outputs, info), output)
+    count = len(next(iter(inputs.values())))
+    return (
+        f"wrote {count} samples to {output} (step {trainer.step_count}, "
+        f"EMA {'yes' if evaluation.ema else 'no'}, seed {seed})"
+    )
+
+
+def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True):
+    """Evaluate the restored trainer and append the result to `RUN/eval.jsonl`."""
+    from stagegan.evaluation import Evaluation, append_jsonl
+
+    evaluation = Evaluation(
+        trainer,
+        Path(run_dir),
+        count=count,
+        seed=trainer.config.seed if seed is None else seed,
+        features=features,
+        ema=ema,
+    )
+    result = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "checkpoint": os.path.basename(checkpoint),
+        **evaluation.run(),
+    }
+    append_jsonl(Path(run_dir) / EVAL_LOG, result)
+    return result
