@@ -148,10 +148,12 @@ def cmd_plan(args):
 
 
 def cmd_sample(args):
+    from stagegan.runs import check_run, restore_run, write_samples
+
     if args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
-    from stagegan.runs import restore_run, write_samples
 
     quiet_logs()
     trainer, _ = restore_run(args.run, args.checkpoint)
@@ -166,11 +168,13 @@ def cmd_sample(args):
 def cmd_eval(args):
     import json
 
+    from stagegan.runs import check_run, evaluate_run, restore_run
+
     if args.count is not None and args.count < 2:
         raise ConfigError("--count", f"must be at least 2. Received: {args.count}")
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
     from stagegan.evaluation import format_table
-    from stagegan.runs import evaluate_run, restore_run
 
     quiet_logs()
     trainer, path = restore_run(args.run, args.checkpoint)

@@ -497,14 +497,24 @@ def _parse_devices(value):
     )
 
 
-def _parse_ema(resolved):
-    """`ema: {decay, start, network}` (defaults filled in, and written back); None disables."""
-    value = resolved["ema"]
+def _optional_section(resolved, key, defaults):
+    """An optional top-level section: None (or false) disables it; otherwise its keys are
+    checked and its defaults filled in (and written back). Returns the mapping or None."""
+    value = resolved[key]
     if value is None or value is False:
-        resolved["ema"] = None
+        resolved[key] = None
         return None
-    value = {**EMA_DEFAULTS, **_mapping(value, "ema")}
-    _check_keys(value, tuple(EMA_DEFAULTS), "ema")
+    value = {**defaults, **_mapping(value, key)}
+    _check_keys(value, tuple(defaults), key)
+    resolved[key] = value
+    return value
+
+
+def _parse_ema(resolved):
+    """`ema: {decay, start, network}`; None disables."""
+    value = _optional_section(resolved, "ema", EMA_DEFAULTS)
+    if value is None:
+        return None
     decay = _number(value["decay"], "ema.decay")
     if not 0 <= decay < 1:
         raise ConfigError("ema.decay", f"must be in [0, 1). Received: {decay}")
@@ -513,7 +523,6 @@ def _parse_ema(resolved):
         start=_integer(value["start"], "ema.start", minimum=0),
         network=_string(value["network"], "ema.network"),
     )
-    resolved["ema"] = value
     return ema
 
 
@@ -532,18 +541,14 @@ def _parse_samples(resolved):
 
 
 def _parse_eval(resolved):
-    """`eval: {every, count, features}` (defaults filled in, and written back); None disables."""
-    value = resolved["eval"]
-    if value is None or value is False:
-        resolved["eval"] = None
+    """`eval: {every, count, features}`; None disables."""
+    value = _optional_section(resolved, "eval", EVAL_DEFAULTS)
+    if value is None:
         return None
-    value = {**EVAL_DEFAULTS, **_mapping(value, "eval")}
-    _check_keys(value, tuple(EVAL_DEFAULTS), "eval")
     count = value["count"]
     features = value["features"]
     if features is not None:
         _string(features, "eval.features")
-    resolved["eval"] = value
     return EvalConfig(
         every=_integer(value["every"], "eval.every", minimum=0),
         count=None if count is None else _integer(count, "eval.count", minimum=2),

@@ -60,14 +60,18 @@ def find_checkpoint(run_dir, checkpoint=None):
     return prefix
 
 
+def check_run(run_dir, checkpoint=None):
+    """Check the run folder, its config and the checkpoint asked for (no TensorFlow needed)."""
+    run_config(run_dir)
+    return find_checkpoint(run_dir, checkpoint)
+
+
 def restore_run(run_dir, checkpoint=None):
     """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`.
 
     Raises:
         ConfigError: no run folder, no or unknown checkpoint, an unreadable checkpoint.
     """
-    import tensorflow as tf
-
     from stagegan.training import Trainer
 
     config = run_config(run_dir)
@@ -77,7 +81,7 @@ def restore_run(run_dir, checkpoint=None):
     trainer = Trainer(config)
     try:
         trainer.checkpoint.read(path).expect_partial()
-    except (tf.errors.OpError, ValueError, AssertionError) as e:
+    except Exception as e:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError("--checkpoint", f"cannot restore {path}: {first}") from None
     return trainer, path

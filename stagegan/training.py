@@ -295,10 +295,6 @@ def train(trainer, run_dir, stop_after=None):
             if dumper is not None and dumper.due(done, stage_done):
                 _, picture = dumper.dump(done, stage.name)
                 runlog.image(done, "samples", picture)
-            if evaluation is not None and (
-                stage_done or (config.eval.every and done % config.eval.every == 0)
-            ):
-                evaluate_into(evaluation, runlog, done, stage, position, began)
             tags = []
             if stage_done:
                 tags.append(f"stage_end:{stage.name}")
@@ -310,6 +306,11 @@ def train(trainer, run_dir, stop_after=None):
                 path = store.save(done, tags)
                 if stage_done:
                     log.info("checkpoint %s (%s)", path, ", ".join(tags))
+            # After the checkpoint: a stage's own end is then a baseline it can find.
+            if evaluation is not None and (
+                stage_done or (config.eval.every and done % config.eval.every == 0)
+            ):
+                evaluate_into(evaluation, runlog, done, stage, position, began)
             if stage_done:
                 plots = run_dir / "plots"
                 plots.mkdir(exist_ok=True)

@@ -23,3 +23,9 @@ def wrong_input(task):
 
 def not_a_model(task):
     return keras.layers.Dense(2)
+
+
+def mean_colour_features():
+    """A FID/KID feature extractor for tests (`--features custom_networks:mean_colour_features`):
+    each image's mean colour, 3 numbers."""
+    return keras.Sequential([keras.layers.GlobalAveragePooling2D()])

@@ -48,6 +48,12 @@ def test_parses_into_records_with_defaults():
     assert config.optimizers["stages[0].updates[0]"].type == "adam"
     assert config.optimizers["d"].kwargs() == {"learning_rate": 0.1}
     assert config.checkpoint.every == 1000 and config.checkpoint.keep == 3
+    assert (config.log.every, config.log.tensorboard, config.log.histograms) == (100, True, 0)
+    assert config.log.progress == "auto"
+    # Samples default on, from the run seed, with the task's own count; eval defaults off.
+    assert (config.samples.every, config.samples.count) == (500, None)
+    assert (config.samples.seed, config.samples.ema) == (config.seed, True)
+    assert config.eval is None
     with pytest.raises(AttributeError):
         config.name = "other"  # frozen
 
@@ -79,6 +85,14 @@ def test_run_config_optimizers_override_stage_file_ones():
         ({"devices": {"towers": 3}}, "batch_size", "does not divide evenly across 3 towers"),
         ({"devices": {"towers": "all"}}, "devices.towers", "'auto'"),
         ({"devices": {"gpus": 2}}, "devices.gpus", "unknown key"),
+        ({"log": {"progress": "fancy"}}, "log.progress", "bar, lines"),
+        ({"log": {"histograms": -1}}, "log.histograms", "at least 0"),
+        ({"log": {"tensorboard": "yes"}}, "log.tensorboard", "true or false"),
+        ({"samples": {"every": 1, "size": 4}}, "samples.size", "unknown key"),
+        ({"samples": {"count": 0}}, "samples.count", "at least 1"),
+        ({"eval": {"count": 1}}, "eval.count", "at least 2"),
+        ({"eval": {"features": 3}}, "eval.features", "non-empty string"),
+        ({"eval": [1]}, "eval", "mapping"),
         ({"stages": "nope"}, "stages", "no such stage file"),
         ({"stages": []}, "stages", "non-empty list"),
         ({"optimizers": {"d": {"type": "adamax2"}}}, "optimizers.d.type", "unknown optimizer"),
@@ -147,6 +161,10 @@ def test_overrides_reach_into_an_absent_or_null_section():
         config = parse_config(apply_overrides(raw, ["ema.decay=0.9"]))
         assert (config.ema.decay, config.ema.start, config.ema.network) == (0.9, 0, "generator")
     assert parse_config(apply_overrides(base(), ["log.every=7"])).log.every == 7
+    evaluated = parse_config(apply_overrides(base(), ["eval.count=300"]))
+    assert (evaluated.eval.every, evaluated.eval.count, evaluated.eval.features) == (0, 300, None)
+    assert parse_config(apply_overrides(base(samples=None), ["samples.every=0"])).samples.every == 0
+    assert parse_config(base(samples=None)).samples is None
 
 
 @pytest.mark.parametrize(
