@@ -10,7 +10,6 @@ feature extractors for FID and KID. The maths lives in `stagegan.metrics`.
 
 import contextlib
 import io
-import json
 import math
 import time
 
@@ -224,10 +223,3 @@ def format_value(value):
             return "nan"
         return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
     return "n/a" if value is None else str(value)
-
-
-def append_jsonl(path, record):
-    """Append one JSON line and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=False) + "\n")
-        f.flush()

@@ -40,8 +40,7 @@ class RunLog:
 
     def scalars(self, record):
         """Append `record` (RECORD_FIELDS plus `{name: value}`) and write its scalars."""
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(record)) + "\n")
+        append_jsonl(self.path, _jsonable(record))
         if self.writer is None:
             return
         import tensorflow as tf
@@ -79,6 +78,13 @@ class RunLog:
     def close(self):
         if self.writer is not None:
             self.writer.close()
+
+
+def append_jsonl(path, record):
+    """Append one JSON line (metrics, sample manifests, eval results) and flush it."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
 
 
 def _jsonable(record):

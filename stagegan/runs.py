@@ -89,11 +89,11 @@ def restore_run(run_dir, checkpoint=None):
 
 def user_images(task, folder, num):
     """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
-    from stagegan.data import _load_folder
+    from stagegan.data import load_images
 
     options = {**task.data, "source": "folder", "path": folder}
     try:
-        images = _load_folder(options)
+        images = load_images(options, seed=0)
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
     return images[:num].astype(np.float32) / 127.5 - 1.0
@@ -141,7 +141,8 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
 
 def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True):
     """Evaluate the restored trainer and append the result to `RUN/eval.jsonl`."""
-    from stagegan.evaluation import Evaluation, append_jsonl
+    from stagegan.evaluation import Evaluation
+    from stagegan.logs import append_jsonl
 
     evaluation = Evaluation(
         trainer,

@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from stagegan import pictures
+from stagegan.logs import append_jsonl
 
 INPUTS = "inputs.npz"
 MANIFEST = "manifest.jsonl"
@@ -81,6 +82,5 @@ class SampleDumper:
             "ema": self.ema,
             "count": len(next(iter(self.inputs.values()))),
         }
-        with open(self.folder / MANIFEST, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(self.folder / MANIFEST, record)
         return path, picture
