@@ -1,25 +1,44 @@
 """Checkpoints of a run: `tf.train.Checkpoint` files plus a small JSON index.
 
-Each save writes `ckpt-<step>` (TensorFlow's `.index` and `.data-*` files) and then rewrites
-`index.json` atomically, so the index only ever lists complete checkpoints. Tags say why a
-checkpoint exists: `periodic` ones rotate (the newest `keep` stay); `stage_end` and `final`
-ones are never rotated away.
+Each save writes `ckpt-<step>` (TensorFlow's `.index` and `.data-*` files), syncs them to disk,
+and then rewrites `index.json` atomically, so the index only ever lists complete checkpoints:
+a process killed in the middle of a save leaves the previous index, and so the previous
+checkpoint, as the latest. The index records every file's size, so a truncated checkpoint is
+found before anything is restored from it (TensorFlow's own CRC32C checksums catch the rest
+while restoring).
+
+Tags say why a checkpoint exists: `periodic` and `interrupted` ones rotate (the newest `keep`
+stay); `stage_end:<stage>` and `final` ones are never rotated away.
+
+What a save can leave behind when it is interrupted (`ckpt-N_temp/` folders, files of a
+checkpoint the index does not list) is removed by `clean_up`, which a resumed run calls first.
 """
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
+from stagegan.errors import ConfigError
+
 INDEX = "index.json"
+SUPERSEDED = "superseded"
+ROTATING = {"periodic", "interrupted"}
+_FILE = re.compile(r"^(ckpt-\d+)(?:\.|_temp$)")
+
+
+class CheckpointWriteError(ConfigError):
+    """A checkpoint could not be written (disk full, permissions); the index is unchanged."""
 
 
 class CheckpointStore:
-    """Saves, rotates and lists the checkpoints in one folder.
+    """Saves, rotates, checks and lists the checkpoints in one folder.
 
     Args:
         directory: the folder (created on first save).
-        checkpoint: the `tf.train.Checkpoint` to write.
-        keep: how many periodic checkpoints to keep.
+        checkpoint: the `tf.train.Checkpoint` to write (None to only read the index).
+        keep: how many rotating (`periodic`, `interrupted`) checkpoints to keep.
     """
 
     def __init__(self, directory, checkpoint, keep):
@@ -28,7 +47,8 @@ class CheckpointStore:
         self.keep = keep
 
     def entries(self):
-        """The listed checkpoints, oldest first: dicts with `step`, `prefix`, `tags`."""
+        """The listed checkpoints, oldest first: dicts with `step`, `prefix`, `tags` and
+        `files` (name -> size in bytes; absent in indexes written before sizes were kept)."""
         path = self.directory / INDEX
         if not path.exists():
             return []
@@ -38,35 +58,134 @@ class CheckpointStore:
     def path_of(self, entry):
         return str(self.directory / entry["prefix"])
 
+    def latest(self):
+        entries = self.entries()
+        return entries[-1] if entries else None
+
     def save(self, step, tags):
-        """Write a checkpoint for global step `step` with `tags`; returns its path prefix."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Write a checkpoint for global step `step` with `tags`; returns its path prefix.
+
+        Raises:
+            CheckpointWriteError: the files could not be written; what was written of them
+                is removed and the index (so the last good checkpoint) is unchanged.
+        """
         prefix = f"ckpt-{step:08d}"
         entries = self.entries()
         previous = next((e for e in entries if e["step"] == step), None)
-        if previous is not None:  # same step saved again (e.g. periodic and stage end)
+        if previous is not None:  # the same state saved again: only the tags change
             tags = sorted(set(previous["tags"]) | set(tags))
+            files = previous.get("files")
         else:
-            self.checkpoint.write(str(self.directory / prefix))
+            files = self._write(prefix)
         entries = [e for e in entries if e["step"] != step]
-        entries.append({"step": step, "prefix": prefix, "tags": sorted(tags)})
+        entries.append({"step": step, "prefix": prefix, "tags": sorted(tags), "files": files})
         entries.sort(key=lambda e: e["step"])
-        periodic_only = [e for e in entries if e["tags"] == ["periodic"]]
-        stale = periodic_only[: max(0, len(periodic_only) - self.keep)]
+        rotating = [e for e in entries if set(e["tags"]) <= ROTATING]
+        stale = rotating[: max(0, len(rotating) - self.keep)]
         kept = [e for e in entries if e not in stale]
-        self._write_index(kept)
+        try:
+            self._write_index(kept)
+        except CheckpointWriteError:
+            if previous is None:
+                self._delete(prefix)
+            raise
         for entry in stale:
             self._delete(entry["prefix"])
         return str(self.directory / prefix)
 
+    def _write(self, prefix):
+        """Write and sync the checkpoint files of `prefix`; returns `{name: size}`."""
+        import tensorflow as tf
+
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.checkpoint.write(str(self.directory / prefix))
+            files = {}
+            for path in sorted(self.directory.glob(prefix + ".*")):
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+                files[path.name] = path.stat().st_size
+            return files
+        except (OSError, tf.errors.OpError) as e:
+            self._delete(prefix)
+            reason = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
+            latest = self.latest()
+            last = f"the last good checkpoint is {latest['prefix']}" if latest else "none yet"
+            raise CheckpointWriteError(
+                "checkpoint",
+                f"cannot write checkpoint {self.directory / prefix}: "
+                f"{reason.strip().splitlines()[0]} ({last}, unharmed)",
+            ) from None
+
+    def verify(self, entry):
+        """What is wrong with the files of a listed checkpoint, or None when they look whole
+        (present, and of the sizes recorded when it was written)."""
+        sizes = entry.get("files")
+        if sizes is None:  # an index from before sizes were recorded: check presence only
+            if not (self.directory / (entry["prefix"] + ".index")).exists():
+                return f"{entry['prefix']}.index is missing"
+            return None
+        if not sizes:
+            return "it has no files"
+        for name, size in sizes.items():
+            path = self.directory / name
+            if not path.exists():
+                return f"{name} is missing"
+            actual = path.stat().st_size
+            if actual != size:
+                return f"{name} is {actual} bytes, {size} when written (truncated or corrupt)"
+        return None
+
+    def clean_up(self):
+        """Remove what interrupted saves and rotations left: `ckpt-N_temp/` folders and files
+        of checkpoints the index does not list. Returns the names removed."""
+        if not self.directory.is_dir():
+            return []
+        listed = {e["prefix"] for e in self.entries()}
+        removed = []
+        for path in sorted(self.directory.iterdir()):
+            match = _FILE.match(path.name)
+            if match is None or (match.group(1) in listed and not path.name.endswith("_temp")):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path.name)
+        return removed
+
+    def supersede(self, step):
+        """Unlist the checkpoints after global step `step` (a run resumed from an earlier one
+        goes another way from there) and move their files into `superseded/`. Returns the
+        prefixes moved."""
+        entries = self.entries()
+        later = [e for e in entries if e["step"] > step]
+        if not later:
+            return []
+        self._write_index([e for e in entries if e["step"] <= step])
+        folder = self.directory / SUPERSEDED
+        folder.mkdir(exist_ok=True)
+        for entry in later:
+            for path in self.directory.glob(entry["prefix"] + ".*"):
+                os.replace(path, folder / path.name)
+        return [e["prefix"] for e in later]
+
     def _write_index(self, entries):
+        self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / (INDEX + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"checkpoints": entries}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / INDEX)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"checkpoints": entries}, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.directory / INDEX)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise CheckpointWriteError(
+                "checkpoint", f"cannot write {self.directory / INDEX}: {e.strerror}"
+            ) from None
 
     def _delete(self, prefix):
         for path in self.directory.glob(prefix + ".*"):
             path.unlink()
+        shutil.rmtree(self.directory / f"{prefix}_temp", ignore_errors=True)

@@ -10,7 +10,7 @@ import os
 import sys
 
 from stagegan.config import load_config
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, RunStopped
 
 
 def build_parser():
@@ -37,6 +37,16 @@ def build_parser():
     train = commands.add_parser("train", help="train a run")
     config_arguments(train)
     train.add_argument("--run-dir", help="the run folder (default: the next runs/NNNNN-<name>)")
+    train.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the run in folder RUN from its newest checkpoint (with its own config; "
+        "--set may change learning rates, later stages' steps and the intervals)",
+    )
+    train.add_argument(
+        "--checkpoint",
+        help="with --resume: resume from this checkpoint (its global step) instead",
+    )
     train.set_defaults(func=cmd_train)
 
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
@@ -93,6 +103,10 @@ def main(argv=None):
     except ConfigError as e:
         print(f"stagegan: error: {e}", file=sys.stderr)
         return 2
+    except RunStopped as e:
+        if e.status == 3:  # the guard: the one line says what went non-finite, and where
+            print(f"stagegan: error: guard: {e.message}", file=sys.stderr)
+        return e.status
     except KeyboardInterrupt:
         print("stagegan: interrupted", file=sys.stderr)
         return 130
@@ -112,8 +126,12 @@ def load(args):
 
 
 def cmd_train(args):
-    from stagegan.rundirs import check_new_run_dir, create_run_dir
+    from stagegan.rundirs import check_new_run_dir, create_run_dir, lock_run_dir
 
+    if args.resume is not None:
+        return resume_train(args)
+    if args.checkpoint is not None:
+        raise ConfigError("--checkpoint", "only with --resume RUN")
     config = load(args)
     if args.run_dir:
         check_new_run_dir(args.run_dir)
@@ -123,9 +141,41 @@ def cmd_train(args):
     trainer = Trainer(config)
     trainer.trace()
     run_dir = create_run_dir(args.run_dir, name=config.name)
-    (run_dir / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
+    tmp = run_dir / "config.yaml.tmp"
+    tmp.write_text(config.to_yaml(), encoding="utf-8")
+    os.replace(tmp, run_dir / "config.yaml")
     logging.getLogger("stagegan").info("run folder: %s", run_dir)
     train(trainer, run_dir)
+    return 0
+
+
+def resume_train(args):
+    """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.resume)."""
+    from pathlib import Path
+
+    from stagegan.resume import commit, plan_resume, restore
+    from stagegan.rundirs import lock_run_dir
+
+    for flag, value in (("--config", args.config), ("--run-dir", args.run_dir)):
+        if value is not None:
+            raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
+    logger = logging.getLogger("stagegan")
+    plan = plan_resume(args.resume, args.set, args.checkpoint)
+    if plan.step >= plan.config.total_steps:
+        logger.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
+        return 0
+    lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
+        sys.path.insert(0, os.getcwd())
+    import_tensorflow()
+    from stagegan.training import Trainer, train
+
+    trainer = Trainer(plan.config)
+    trainer.trace()
+    restore(trainer, plan)
+    commit(plan, logger)
+    train(trainer, plan.run_dir)
     return 0
 
 

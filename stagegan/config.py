@@ -22,6 +22,7 @@ A run config (every key but `task`, `batch_size` and `stages` has a default):
     samples: {every: 500, count: null, seed: null, ema: true}   # null: no sample dumps
     ema: null                    # {decay: 0.999, start: 0, network: generator}
     eval: null                   # {every: 0, count: null, features: null}: eval in train
+    guard: {policy: skip, max_consecutive: 20}   # NaN/Inf guard: skip, stop or off
 """
 
 import copy
@@ -53,10 +54,13 @@ TOP_LEVEL_DEFAULTS = {
     "samples": {"every": 500, "count": None, "seed": None, "ema": True},
     "ema": None,
     "eval": None,
+    "guard": {"policy": "skip", "max_consecutive": 20},
 }
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
 EVAL_DEFAULTS = {"every": 0, "count": None, "features": None}
 PROGRESS = ("auto", "bar", "lines")
+GUARD_POLICIES = ("skip", "stop", "off")
+SECTIONS = ("devices", "checkpoint", "log", "samples", "guard")  # always-present mappings
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
 STAGE_KEYS = ("name", "steps", "mode", "updates")
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
@@ -167,6 +171,18 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class GuardConfig:
+    """The NaN/Inf guard. Every update's loss terms and gradients are checked for finiteness
+    inside the step, in every tower. `skip`: a non-finite update is not applied (and logged);
+    after `max_consecutive` skips in a row of one update the run stops. `stop`: the run stops
+    at the first one. `off`: no check (for measuring the guard's cost; checkpoints are still
+    never written with non-finite weights)."""
+
+    policy: str
+    max_consecutive: int
+
+
+@dataclass(frozen=True)
 class EmaConfig:
     """An exponential moving average of one network's weights, used for sampling.
 
@@ -205,6 +221,7 @@ class RunConfig:
     samples: object  # SamplesConfig, or None when disabled
     ema: object  # EmaConfig, or None when disabled
     eval: object  # EvalConfig, or None when disabled
+    guard: GuardConfig
     raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
 
     @property
@@ -302,7 +319,7 @@ def parse_config(raw):
     resolved = {}
     for key, default in TOP_LEVEL_DEFAULTS.items():
         value = raw.get(key, copy.deepcopy(default))
-        if isinstance(default, dict) and key in ("devices", "checkpoint", "log", "samples"):
+        if isinstance(default, dict) and key in SECTIONS:
             if key == "samples" and value is None:
                 resolved[key] = None
                 continue
@@ -331,6 +348,13 @@ def parse_config(raw):
     if log["progress"] not in PROGRESS:
         raise ConfigError(
             "log.progress", f"must be one of {', '.join(PROGRESS)}. Received: {log['progress']!r}"
+        )
+    guard = resolved["guard"]
+    _check_keys(guard, tuple(TOP_LEVEL_DEFAULTS["guard"]), "guard")
+    if guard["policy"] not in GUARD_POLICIES:
+        raise ConfigError(
+            "guard.policy",
+            f"must be one of {', '.join(GUARD_POLICIES)}. Received: {guard['policy']!r}",
         )
     task = _string(resolved["task"], "task")
     # Keep only the named optimizers that are used, so the saved config stays honest.
@@ -361,6 +385,10 @@ def parse_config(raw):
         samples=_parse_samples(resolved),
         ema=_parse_ema(resolved),
         eval=_parse_eval(resolved),
+        guard=GuardConfig(
+            policy=guard["policy"],
+            max_consecutive=_integer(guard["max_consecutive"], "guard.max_consecutive", 1),
+        ),
         raw=resolved,
     )
 

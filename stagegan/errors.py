@@ -1,4 +1,9 @@
-"""The one exception type for a user's bad input."""
+"""The exceptions the CLI turns into one line on stderr and an exit status.
+
+* `ConfigError`: bad user input, or a run folder that cannot be written: status 2.
+* `RunStopped`: a run that stopped before its end on purpose (the NaN guard, a signal): its
+  own status (3 for the guard, 128 + the signal number for SIGINT and SIGTERM).
+"""
 
 
 class ConfigError(Exception):
@@ -15,3 +20,27 @@ class ConfigError(Exception):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class RunStopped(Exception):
+    """A run stopped before its end. `status`: the CLI's exit status; `message`: one line."""
+
+    status = 1
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class GuardStop(RunStopped):
+    """The NaN/Inf guard stopped the run (`guard.policy: stop`, or too many skips in a row,
+    or non-finite weights where a checkpoint was due). Exit status 3."""
+
+    status = 3
+
+
+class Interrupted(RunStopped):
+    """SIGINT or SIGTERM: the run wrote a checkpoint after the current step and stopped.
+    Exit status 128 + the signal number (130, 143), as a shell reports a killed process."""

@@ -5,6 +5,7 @@ serves a PNG file and a TensorBoard image alike. PNGs are encoded by TensorFlow 
 no timestamps): the same array always gives the same bytes.
 """
 
+import contextlib
 import math
 import os
 
@@ -95,7 +96,12 @@ def write_png(picture, path):
     """Write a picture as a PNG, atomically (a reader never sees half a file)."""
     data = encode_png(picture)
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path

@@ -45,3 +45,34 @@ def create_run_dir(path=None, root="runs", name="run"):
         raise ConfigError(
             "--run-dir", f"cannot create run folder {e.filename}: {e.strerror}"
         ) from None
+
+
+LOCK = ".lock"
+
+
+def lock_run_dir(path, key="--run-dir"):
+    """Hold an exclusive lock on a run folder for the life of this process (released by the
+    OS when it exits, even when killed), so two processes never train into one folder.
+
+    Returns the open lock file (keep a reference). Raises ConfigError when another process
+    holds it.
+    """
+    import fcntl
+    import os
+
+    path = Path(path)
+    lock = open(path / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise ConfigError(
+            key, f"{path} is in use by another stagegan process (pid {holder})"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock

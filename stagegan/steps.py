@@ -10,6 +10,13 @@ A stage step runs the stage's updates:
   after all gradients are computed.
 
 The step takes the stage step as an int64 tensor, so one trace serves every step.
+
+The NaN/Inf guard (`guard.policy` skip or stop) checks, inside the step, every tower's loss
+terms and gradients of every update application for finiteness; an application with anything
+non-finite is not applied (a `tf.cond` around `apply_gradients`). The step reports, per update,
+`guard/<update>`: how many of its applications were skipped (-1 on steps it does not run), and
+`guard_detail/<update>`: a bool [towers, terms + 1] array, True where each tower's loss term
+(columns in `loss` order) and gradients (last column) were finite. The trainer acts on them.
 """
 
 import logging
@@ -42,6 +49,9 @@ class UpdatePlan:
     def terms(self):
         return tuple(term for term, _ in self.update.loss)
 
+    def guard_names(self):
+        return f"guard/{self.update.name}", f"guard_detail/{self.update.name}"
+
     def metric_names(self):
         names = [f"{self.update.name}/{term}" for term in self.terms]
         if len(self.terms) > 1:
@@ -63,10 +73,20 @@ class StageStep:
         global_step: the run's int64 step counter, incremented by every stage step.
         after_step: optional `(global_step) -> None`, traced in after the increment (the
             generator EMA update).
+        guard: `guard.policy`: "skip" or "stop" check finiteness and skip non-finite
+            applications; "off" applies everything unchecked.
     """
 
     def __init__(
-        self, stage, plans, draw_batch, compute_terms, devices, global_step, after_step=None
+        self,
+        stage,
+        plans,
+        draw_batch,
+        compute_terms,
+        devices,
+        global_step,
+        after_step=None,
+        guard="skip",
     ):
         self.stage = stage
         self.plans = tuple(plans)
@@ -75,6 +95,7 @@ class StageStep:
         self.devices = devices
         self.global_step = global_step
         self.after_step = after_step
+        self.guarded = guard != "off"
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self._gradients = None  # trace time only: where `_reduce` collects gradients
@@ -152,20 +173,69 @@ class StageStep:
             self._gradients = collecting
 
     def _cond(self, plan, stage_step, run):
-        skipped = lambda: {name: tf.constant(float("nan")) for name in plan.metric_names()}
+        def skipped():
+            metrics = {name: tf.constant(float("nan")) for name in plan.metric_names()}
+            metrics.update(self._inactive_guard(plan))
+            return metrics
+
         active = tf.equal(stage_step % plan.update.every, 0)
         return tf.cond(active, run, skipped)
 
+    def _inactive_guard(self, plan):
+        count, detail = plan.guard_names()
+        shape = [len(self.devices.towers), len(plan.terms) + 1]
+        return {count: tf.constant(-1, tf.int32), detail: tf.ones(shape, tf.bool)}
+
     def _run_sequential(self, plan):
-        metrics = None
+        metrics, skipped, detail = None, [], None
         for _ in range(plan.update.repeat):
             with tf.device(self.devices.variables):
                 batch = self.draw_batch()
             results = self._towers([plan], batch)
             gradients, metrics = self._reduce(plan, 0, results)
+            finite, flags = self._finite(plan, 0, results)
             with tf.device(self.devices.variables):
-                plan.optimizer.apply_gradients(gradients)
+                self._apply_if(plan, gradients, finite)
+                skipped.append(tf.cast(tf.logical_not(finite), tf.int32))
+                detail = flags if detail is None else tf.logical_and(detail, flags)
+        count_name, detail_name = plan.guard_names()
+        with tf.device(self.devices.variables):
+            metrics[count_name] = tf.add_n(skipped)
+        metrics[detail_name] = detail
         return metrics
+
+    def _apply_if(self, plan, gradients, finite, active=None):
+        """Apply `gradients` when `finite` (unguarded: always) and `active` (if given)."""
+        condition = finite if self.guarded else None
+        if active is not None:
+            condition = active if condition is None else tf.logical_and(active, condition)
+        if condition is None:
+            plan.optimizer.apply_gradients(gradients)
+            return
+        apply = lambda: self._apply(plan, gradients)
+        tf.cond(condition, apply, lambda: tf.constant(False))
+
+    def _finite(self, plan, k, results):
+        """Whether update k's loss terms and gradients are finite in every tower: `(finite,
+        detail)`, a bool scalar and a bool [towers, terms + 1] array (see the module doc).
+        Each tower checks its own values on its own device."""
+        if not self.guarded:
+            shape = [len(results), len(plan.terms) + 1]
+            return tf.constant(True), tf.ones(shape, tf.bool)
+        rows = []
+        for device, result in zip(self.devices.towers, results, strict=True):
+            with tf.device(device):
+                flags = [tf.math.is_finite(result.terms[term]) for term in plan.terms]
+                checks = [
+                    tf.reduce_all(tf.math.is_finite(_values(g)))
+                    for g in result.gradients[k]
+                    if g is not None
+                ]
+                flags.append(tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True))
+                rows.append(tf.stack(flags))
+        with tf.device(self.devices.variables):
+            detail = tf.stack(rows)
+            return tf.reduce_all(detail), detail
 
     def _run_simultaneous(self, stage_step):
         with tf.device(self.devices.variables):
@@ -175,18 +245,27 @@ class StageStep:
         for k, plan in enumerate(self.plans):
             gradients, update_metrics = self._reduce(plan, k, results)
             metrics.update(update_metrics)
-            applies.append((plan, gradients))
+            finite, detail = self._finite(plan, k, results)
+            applies.append((plan, gradients, finite))
+            count_name, detail_name = plan.guard_names()
+            with tf.device(self.devices.variables):
+                metrics[count_name] = tf.cast(tf.logical_not(finite), tf.int32)
+            metrics[detail_name] = detail
         # All gradients above come from the same pre-update weights; now apply them all.
-        for plan, gradients in applies:
-            apply = lambda plan=plan, gradients=gradients: self._apply(plan, gradients)
+        for plan, gradients, finite in applies:
             if plan.update.every == 1:
-                apply()
-            else:
-                active = tf.equal(stage_step % plan.update.every, 0)
-                tf.cond(active, apply, lambda: tf.constant(False))
-                nan = tf.constant(float("nan"))
-                for name in plan.metric_names():
-                    metrics[name] = tf.where(active, metrics[name], nan)
+                with tf.device(self.devices.variables):
+                    self._apply_if(plan, gradients, finite)
+                continue
+            active = tf.equal(stage_step % plan.update.every, 0)
+            with tf.device(self.devices.variables):
+                self._apply_if(plan, gradients, finite, active)
+            nan = tf.constant(float("nan"))
+            for name in plan.metric_names():
+                metrics[name] = tf.where(active, metrics[name], nan)
+            inactive = self._inactive_guard(plan)
+            for name, value in inactive.items():
+                metrics[name] = tf.where(active, metrics[name], value)
         return metrics
 
     def _apply(self, plan, gradients):
@@ -234,3 +313,8 @@ class StageStep:
             for gradient, variable in pairs:
                 self._gradients[f"{update.name}/{variable.path}"] = gradient
         return pairs, metrics
+
+
+def _values(gradient):
+    """The dense values of a gradient (an IndexedSlices' `values`)."""
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient

@@ -8,6 +8,8 @@ train(trainer, run_dir)                      # the loop: steps, logs, checkpoint
 import contextlib
 import logging
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -17,7 +19,7 @@ import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
 from stagegan.ema import Ema
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, GuardStop, Interrupted
 from stagegan.optimizers import make_optimizer
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
@@ -83,8 +85,10 @@ class Trainer:
                     self.devices,
                     self.global_step,
                     after_step,
+                    guard=config.guard.policy,
                 )
             )
+        self.guard = Guard(config.guard, self.devices.towers)
         self.checkpoint = tf.train.Checkpoint(**self.trackables())
 
     def _select_variables(self):
@@ -162,9 +166,31 @@ class Trainer:
         """Run the step at `position` (a `schedule.Position`); returns scalar metric tensors
         (and, `with_gradients`, the applied gradients: see `StageStep.__call__`).
 
-        The caller walks positions from `step_count` (the step function advances it).
+        The caller walks positions from `step_count` (the step function advances it). The
+        NaN/Inf guard acts here: a skipped update is logged, and `GuardStop` is raised when
+        the policy says stop.
         """
-        return self.stage_steps[position.stage_index](position.stage_step, with_gradients)
+        stage_step = self.stage_steps[position.stage_index]
+        metrics = stage_step(position.stage_step, with_gradients)
+        flags = {k: metrics.pop(k) for k in list(metrics) if k.startswith(GUARD_PREFIXES)}
+        self.guard.check(stage_step.stage, position.global_step + 1, flags)
+        return metrics
+
+    def nonfinite_variables(self):
+        """Paths of checkpointed float variables holding NaN or Inf: network weights, the
+        EMA, optimizer state. Checked before every checkpoint is written."""
+        named = [(v.path, v) for v in self.variables]
+        if self.ema is not None:
+            named += list(self.ema.trackables().items())
+        for optimizer in self.optimizers.values():
+            named += [(getattr(v, "path", v.name), v) for v in optimizer.variables]
+        bad = []
+        with tf.device(self.devices.variables):
+            for path, variable in named:
+                if tf.as_dtype(variable.dtype).is_floating:
+                    if not bool(tf.reduce_all(tf.math.is_finite(variable))):
+                        bad.append(path)
+        return bad
 
     def sample(self, inputs, ema=True):
         """The task's samples for `inputs`, from the EMA weights when the run keeps an EMA
@@ -185,6 +211,91 @@ class Trainer:
 
     def trace_counts(self):
         return {s.stage.name: s.trace_count for s in self.stage_steps}
+
+
+GUARD_PREFIXES = ("guard/", "guard_detail/")
+
+
+class Guard:
+    """Acts on the step function's finiteness flags (see `stagegan.steps`).
+
+    Under `skip`, a skipped update is logged (stage, update, loss term, towers) and recorded
+    in `events`; `max_consecutive` steps in a row on which one update was skipped stop the
+    run. Under `stop` the first one does. The counts start afresh in a resumed process.
+
+    Args:
+        config: a `config.GuardConfig`.
+        towers: the tower device names, for messages.
+    """
+
+    def __init__(self, config, towers):
+        self.config = config
+        self.towers = towers
+        self.in_a_row = {}  # update name -> steps in a row on which it was skipped
+        self.skipped = 0  # applications skipped in this process
+        self.events = []  # records for RUN/guard.jsonl; `train` drains them
+
+    def check(self, stage, done, flags):
+        """After global step `done` of `stage`; `flags` as the step function returns them.
+
+        Raises:
+            GuardStop: the policy is `stop`, or an update was skipped too often in a row.
+        """
+        if self.config.policy == "off":
+            return
+        for update in stage.updates:
+            count = int(flags[f"guard/{update.name}"])
+            if count <= 0:
+                if count == 0:
+                    self.in_a_row[update.name] = 0
+                continue
+            in_a_row = self.in_a_row.get(update.name, 0) + 1
+            self.in_a_row[update.name] = in_a_row
+            self.skipped += count
+            detail = np.asarray(flags[f"guard_detail/{update.name}"])
+            where = self.describe(update, detail)
+            stop = self.config.policy == "stop" or in_a_row >= self.config.max_consecutive
+            self.events.append(
+                {
+                    "step": done,
+                    "stage": stage.name,
+                    "update": update.name,
+                    "skipped": count,
+                    "in_a_row": in_a_row,
+                    **where,
+                    "action": "stop" if stop else "skip",
+                }
+            )
+            text = (
+                f"[{stage.name}] step {done}: update {update.name!r} not applied: {where['text']}"
+            )
+            if stop:
+                why = (
+                    "guard.policy is stop"
+                    if self.config.policy == "stop"
+                    else f"{in_a_row} skips in a row (guard.max_consecutive)"
+                )
+                raise GuardStop(f"{text}; stopped: {why}")
+            log.warning("%s (%d in a row)", text, in_a_row)
+
+    def describe(self, update, detail):
+        """Which loss terms and gradients went non-finite in which towers."""
+        terms = [term for term, _ in update.loss]
+        found = {}
+        for column, name in enumerate([*terms, "gradients"]):
+            towers = [i for i in range(detail.shape[0]) if not detail[i, column]]
+            if towers:
+                found[name] = towers
+        parts = []
+        for name, towers in found.items():
+            what = f"loss term {name}" if name != "gradients" else "gradients"
+            devices = ", ".join(f"{i} ({self.towers[i]})" for i in towers)
+            parts.append(f"non-finite {what} in tower{'s' if len(towers) > 1 else ''} {devices}")
+        return {
+            "terms": {k: v for k, v in found.items() if k != "gradients"},
+            "gradient_towers": found.get("gradients", []),
+            "text": "; ".join(parts) or "non-finite values",
+        }
 
 
 def slug(key):
@@ -209,28 +320,62 @@ def train(trainer, run_dir, stop_after=None):
 
     Writes into `run_dir`:
         checkpoints/      every `checkpoint.every` steps (the newest `keep` stay), at the end
-                          of every stage (never rotated away), and at the end of the run
+                          of every stage (never rotated away), at the end of the run, and
+                          when SIGINT or SIGTERM stops it
         metrics.jsonl     one record per logged step (`log.every`, and every stage end)
         tensorboard/      the same scalars, the sample pictures, weight and gradient
                           histograms (`log.histograms`, and every stage end)
         samples/          sample pictures (`samples.every`, and every stage end), manifest
         plots/losses.png  loss curves, redrawn at every stage end
+        guard.jsonl       one record per update the NaN/Inf guard skipped
+
+    SIGINT (Ctrl-C) and SIGTERM let the current step finish, write a checkpoint and raise
+    `Interrupted`. No checkpoint is ever written with non-finite weights.
 
     Args:
-        trainer: a built `Trainer`.
+        trainer: a built (or restored) `Trainer`.
         run_dir: the run folder (a `pathlib.Path`).
         stop_after: stop after this many steps (for tests); None runs to the end.
 
     Returns:
         The last logged metrics, as floats.
+
+    Raises:
+        GuardStop: the NaN/Inf guard stopped the run.
+        Interrupted: SIGINT or SIGTERM, after the checkpoint was written.
+        ConfigError: a file of the run could not be written (a full disk, permissions).
     """
+    store = CheckpointStore(
+        run_dir / "checkpoints", trainer.checkpoint, trainer.config.checkpoint.keep
+    )
+    try:
+        with _StopSignals() as signals:
+            return _train(trainer, run_dir, store, signals, stop_after)
+    except GuardStop as e:
+        latest = store.latest()
+        last = (
+            f"the last checkpoint, {latest['prefix']}, holds finite weights"
+            if latest
+            else "no checkpoint was written"
+        )
+        raise GuardStop(f"{e.message}; {last}") from None
+    except OSError as e:
+        latest = store.latest()
+        last = f"the last good checkpoint is {latest['prefix']}" if latest else "no checkpoint yet"
+        raise ConfigError(
+            str(e.filename or run_dir),
+            f"cannot write: {e.strerror or e} ({last}; free space or fix permissions, then "
+            f"continue with: python -m stagegan train --resume {run_dir})",
+        ) from None
+
+
+def _train(trainer, run_dir, store, signals, stop_after):
     from stagegan.evaluation import Evaluation
-    from stagegan.logs import Progress, RunLog, plot_losses, read_metrics
+    from stagegan.logs import Progress, RunLog, append_jsonl, plot_losses, read_metrics
     from stagegan.samples import SampleDumper
 
     config = trainer.config
     schedule = trainer.schedule
-    store = CheckpointStore(run_dir / "checkpoints", trainer.checkpoint, config.checkpoint.keep)
     start = trainer.step_count
     evaluation = None
     if config.eval is not None:
@@ -262,7 +407,12 @@ def train(trainer, run_dir, stop_after=None):
             stage_done = done == schedule.stage_end(index)
             every = config.log.histograms
             histograms = config.log.tensorboard and (stage_done or (every and done % every == 0))
-            metrics = trainer.step(position, with_gradients=histograms)
+            try:
+                metrics = trainer.step(position, with_gradients=histograms)
+            finally:
+                for event in trainer.guard.events:
+                    append_jsonl(run_dir / "guard.jsonl", event)
+                trainer.guard.events.clear()
             names = [k for k in metrics if k.startswith("gradients/")]
             gradients = {k: metrics.pop(k) for k in names}
             meter.steps += 1
@@ -302,10 +452,29 @@ def train(trainer, run_dir, stop_after=None):
                     tags.append("final")
             elif config.checkpoint.every and done % config.checkpoint.every == 0:
                 tags.append("periodic")
+            if signals.received and not tags:
+                tags.append("interrupted")
             if tags:
+                bad = trainer.nonfinite_variables()
+                if bad:
+                    raise GuardStop(
+                        f"[{stage.name}] step {done}: refusing to write a checkpoint with "
+                        f"non-finite values in {', '.join(bad[:3])}"
+                        f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}"
+                    )
                 path = store.save(done, tags)
                 if stage_done:
                     log.info("checkpoint %s (%s)", path, ", ".join(tags))
+            if signals.received:
+                log.info(
+                    "%s at step %d: checkpoint %s written; continue with: "
+                    "python -m stagegan train --resume %s",
+                    signals.name,
+                    done,
+                    path,
+                    run_dir,
+                )
+                raise Interrupted(f"{signals.name} at step {done}", 128 + signals.received)
             # After the checkpoint: a stage's own end is then a baseline it can find.
             if evaluation is not None and (
                 stage_done or (config.eval.every and done % config.eval.every == 0)
@@ -320,6 +489,41 @@ def train(trainer, run_dir, stop_after=None):
     finally:
         runlog.close()
     return last
+
+
+class _StopSignals:
+    """While active, SIGINT and SIGTERM only set `received` (the signal number), so the loop
+    can finish its step and write a checkpoint. A second signal acts as usual (the handlers
+    are restored after the first). Outside the main thread it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received = 0
+        self.saved = {}
+
+    @property
+    def name(self):
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        self._restore()
+
+    def _restore(self):
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        self.saved = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self.saved[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        self._restore()
+        return False
 
 
 def evaluate_into(evaluation, runlog, done, stage, position, began):

@@ -1,0 +1,310 @@
+"""Resuming a run: `python -m stagegan train --resume RUN [--checkpoint STEP] [--set K=V ...]`.
+
+A checkpoint holds everything the next step depends on, so a resumed run goes on exactly as
+the uninterrupted run would have (with `deterministic: true`, to the last bit on CPU):
+
+    global step         -> the stage and the step within it (`Schedule.position`)
+    network weights     every variable, BatchNorm statistics included
+    optimizers          each one's slots (moments) and iteration count
+    EMA                 the generator average
+    random streams      the philox states of the data stream (generated data, batch indices
+                        into in-memory images) and the noise stream (latents, masks)
+    data position       in-memory sources (shapes, folder, npz, keras datasets) draw batches
+                        from the data stream, so its state is their position, exactly;
+                        `tfrecord` checkpoints its tf.data iterator (shuffle buffer included)
+    sample inputs       `samples/inputs.npz`, written before the first step and reused
+
+Resuming runs in three steps, and nothing in the run folder changes until the first two pass:
+`plan_resume` (no TensorFlow: the folder, the checkpoint's files, the `--set` changes),
+`restore` (into a freshly built trainer), then `commit` (clean-up and records).
+"""
+
+import datetime
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from stagegan.checkpoints import CheckpointStore
+from stagegan.config import apply_overrides, format_key_path, parse_config, read_yaml
+from stagegan.errors import ConfigError
+from stagegan.logs import append_jsonl
+from stagegan.schedule import Schedule
+
+RESUME_LOG = "resume.jsonl"
+# What `--set` may change on resume: keys that do not change what was already computed.
+SAFE = (
+    re.compile(r"optimizers\.[^.\[\]]+\.learning_rate"),
+    re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate"),
+    re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every|eval\.every)"),
+)
+STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
+SAFE_TEXT = (
+    "learning rates, the steps of stages not yet reached, and log.every, log.histograms, "
+    "samples.every, checkpoint.every, eval.every"
+)
+# Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
+STEP_LOGS = ("metrics.jsonl", "guard.jsonl", "samples/manifest.jsonl")
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """A checked resume: the run's config with the accepted changes, and where to start.
+
+    `entry` is the checkpoint's index entry (None: no checkpoint yet, start from step 0);
+    `changes` maps each changed key path to `(old, new)`.
+    """
+
+    run_dir: Path
+    config: object
+    entry: object
+    step: int
+    changes: dict
+    checkpoint_key: str
+
+    @property
+    def store(self):
+        return CheckpointStore(self.run_dir / "checkpoints", None, 1)
+
+    @property
+    def prefix(self):
+        return None if self.entry is None else self.store.path_of(self.entry)
+
+
+def plan_resume(run_dir, overrides=(), checkpoint=None):
+    """Check everything a resume needs that TensorFlow is not needed for.
+
+    Args:
+        run_dir: the run folder.
+        overrides: `--set` strings, applied to the run's own `config.yaml`.
+        checkpoint: `--checkpoint`: a global step or a path (default: the newest).
+
+    Raises:
+        ConfigError: not a run folder; a missing, corrupt or truncated checkpoint; a change
+            that is not safe on resume.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError("--resume", f"no such run folder: {run_dir}")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError("--resume", f"{run_dir} is not a run folder (it has no config.yaml)")
+    try:
+        old = parse_config(read_yaml(path, "--resume"))
+    except ConfigError as e:
+        raise ConfigError("--resume", f"{path} is not a valid run config: {e}") from None
+    new = parse_config(apply_overrides(old.raw, overrides))
+    entry = _choose_checkpoint(run_dir, checkpoint)
+    step = 0 if entry is None else entry["step"]
+    if step > new.total_steps:
+        raise ConfigError("--resume", f"checkpoint step {step} is past the end of the run")
+    changes = check_changes(old, new, step)
+    key = "--resume" if checkpoint is None else "--checkpoint"
+    return ResumePlan(run_dir, new, entry, step, changes, key)
+
+
+def _choose_checkpoint(run_dir, checkpoint):
+    store = CheckpointStore(run_dir / "checkpoints", None, 1)
+    try:
+        entries = store.entries()
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            "--resume", f"the checkpoint index {store.directory / 'index.json'} is unreadable"
+        ) from None
+    if checkpoint is None:
+        if not entries:
+            return None
+        entry = entries[-1]
+        problem = store.verify(entry)
+        if problem is not None:
+            whole = [e for e in entries[:-1] if store.verify(e) is None]
+            hint = (
+                f"to resume from the previous good one, pass --checkpoint {whole[-1]['step']}"
+                if whole
+                else "no earlier checkpoint is whole"
+            )
+            raise ConfigError(
+                "--resume",
+                f"the latest checkpoint {store.path_of(entry)} is damaged: {problem}; {hint}",
+            )
+        return entry
+    text = str(checkpoint)
+    if not text.isdigit():
+        match = re.fullmatch(r"ckpt-(\d+)(\.index)?", os.path.basename(text.rstrip("/")))
+        in_run = Path(os.path.abspath(os.path.dirname(text) or ".")) == store.directory.resolve()
+        if match is None or not in_run:
+            raise ConfigError(
+                "--checkpoint", f"{text} is not a checkpoint of {run_dir} (give its step)"
+            )
+        text = match.group(1)
+    found = [e for e in entries if e["step"] == int(text)]
+    if not found:
+        steps = ", ".join(str(e["step"]) for e in entries) or "none"
+        raise ConfigError("--checkpoint", f"no checkpoint at step {int(text)} (steps: {steps})")
+    problem = store.verify(found[0])
+    if problem is not None:
+        raise ConfigError("--checkpoint", f"{store.path_of(found[0])} is damaged: {problem}")
+    return found[0]
+
+
+def check_changes(old, new, step):
+    """The `(old, new)` values of every key that differs between two configs of one run,
+    refused unless safe to change at global step `step` (see `SAFE_TEXT`)."""
+    schedule = Schedule(old.stages)
+    if step < schedule.total_steps:
+        position = schedule.position(step)
+        started = position.stage_index if position.stage_step else position.stage_index - 1
+    else:
+        started = len(old.stages) - 1
+    changes = {}
+    for parts, before, after in _differences(old.raw, new.raw):
+        key = format_key_path(parts)
+        steps = STAGE_STEPS.fullmatch(key)
+        if steps is not None:
+            index = int(steps.group(1))
+            if index <= started:
+                raise ConfigError(
+                    key,
+                    f"cannot change on resume: stage {old.stages[index].name!r} has already "
+                    f"begun (the run is at step {step}); only stages not yet reached can change",
+                )
+        elif not any(pattern.fullmatch(key) for pattern in SAFE):
+            raise ConfigError(key, f"cannot change on resume (safe to change: {SAFE_TEXT})")
+        changes[key] = (before, after)
+    return changes
+
+
+def _differences(old, new, parts=()):
+    """`(key parts, old, new)` for every leaf that differs between two raw configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            if key not in old or key not in new:
+                yield (*parts, key), old.get(key), new.get(key)
+            else:
+                yield from _differences(old[key], new[key], (*parts, key))
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for index, (a, b) in enumerate(zip(old, new, strict=True)):
+            yield from _differences(a, b, (*parts, index))
+    elif old != new or type(old) is not type(new):
+        yield parts, old, new
+
+
+def restore(trainer, plan):
+    """Restore the plan's checkpoint into a freshly built trainer and apply the config's
+    learning rates (Keras optimizers checkpoint theirs; the config wins, so `--set` can
+    change them).
+
+    Raises:
+        ConfigError: the checkpoint cannot be read (TensorFlow's checksums catch corrupt
+            data), or it does not match the run.
+    """
+    if plan.entry is not None:
+        path = plan.prefix
+        try:
+            status = trainer.checkpoint.read(path)
+            status.assert_existing_objects_matched()
+        except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else type(e).__name__
+            raise ConfigError(plan.checkpoint_key, f"cannot restore {path}: {first}") from None
+        if trainer.step_count != plan.step:
+            raise ConfigError(
+                plan.checkpoint_key,
+                f"{path} holds global step {trainer.step_count}, not {plan.step}: damaged",
+            )
+    set_learning_rates(trainer)
+
+
+def set_learning_rates(trainer):
+    """Give every optimizer the learning rate its config spec names."""
+    for key, optimizer in trainer.optimizers.items():
+        rate = trainer.config.optimizers[key].kwargs().get("learning_rate")
+        if rate is not None:
+            optimizer.learning_rate.assign(float(rate))
+
+
+def commit(plan, log):
+    """Make the run folder ready to go on from the plan's step, and record the resume.
+
+    Removes what interrupted saves left; moves checkpoints after the step (a resume from an
+    earlier checkpoint) into `checkpoints/superseded/`; drops records after the step from the
+    step-keyed logs (they are written again) and the sample pictures they list; tells
+    TensorBoard to drop its later events; rewrites `config.yaml` with the accepted changes and
+    appends one record to `resume.jsonl`.
+    """
+    run_dir, step = plan.run_dir, plan.step
+    store = plan.store
+    removed = store.clean_up()
+    superseded = store.supersede(step)
+    dropped = {}
+    for name in STEP_LOGS:
+        later = drop_records_after(run_dir / name, step)
+        if later:
+            dropped[name] = len(later)
+        if name == "samples/manifest.jsonl":
+            for record in later:
+                (run_dir / "samples" / record.get("file", "")).unlink(missing_ok=True)
+    purge_tensorboard(run_dir / "tensorboard", step)
+    if plan.changes:
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(plan.config.to_yaml(), encoding="utf-8")
+        os.replace(tmp, run_dir / "config.yaml")
+    record = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "checkpoint": None if plan.entry is None else plan.entry["prefix"],
+        "step": step,
+        "changes": {k: {"from": a, "to": b} for k, (a, b) in plan.changes.items()},
+        "removed": removed,
+        "superseded": superseded,
+        "dropped_records": dropped,
+    }
+    append_jsonl(run_dir / RESUME_LOG, record)
+    where = plan.entry["prefix"] if plan.entry else "the start (no checkpoint yet)"
+    log.info("resuming %s from %s, global step %d", run_dir, where, step)
+    for key, (before, after) in plan.changes.items():
+        log.info("  changed on resume: %s: %r -> %r", key, before, after)
+    if removed:
+        log.info("  removed leftovers of interrupted saves: %s", ", ".join(removed))
+    if superseded:
+        log.info("  moved later checkpoints to checkpoints/superseded/: %s", ", ".join(superseded))
+
+
+def drop_records_after(path, step):
+    """Rewrite a JSON-lines log without its records after global step `step` (and without a
+    torn last line); returns the records dropped."""
+    if not path.exists():
+        return []
+    kept, dropped = [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            (dropped if record.get("step", 0) > step else kept).append(line.rstrip("\n"))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+    return [json.loads(line) for line in dropped]
+
+
+def purge_tensorboard(folder, step):
+    """Write a `SessionLog.START` event at `step + 1`: TensorBoard then discards the events
+    after `step` that the interrupted process wrote, as it does after a TensorFlow crash."""
+    if not folder.is_dir():
+        return
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    # Event files are read in name order; names hold the creation second, then the host.
+    # ".0-resume" sorts before the resumed writer's ".<pid>..." file of the same second.
+    writer = EventFileWriter(str(folder), filename_suffix=".0-resume")
+    writer.add_event(
+        Event(
+            step=step + 1,
+            wall_time=datetime.datetime.now().timestamp(),
+            session_log=SessionLog(status=SessionLog.START),
+        )
+    )
+    writer.close()
