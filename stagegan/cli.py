@@ -165,15 +165,15 @@ def resume_train(args):
     if plan.step >= plan.config.total_steps:
         logger.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
         return 0
-    lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
     import_tensorflow()
     from stagegan.training import Trainer, train
 
     trainer = Trainer(plan.config)
-    trainer.trace()
+    trainer.trace(from_step=plan.step)
     restore(trainer, plan)
+    lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
     commit(plan, logger)
     train(trainer, plan.run_dir)
     return 0

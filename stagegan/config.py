@@ -351,6 +351,8 @@ def parse_config(raw):
         )
     guard = resolved["guard"]
     _check_keys(guard, tuple(TOP_LEVEL_DEFAULTS["guard"]), "guard")
+    if guard["policy"] is False:  # YAML reads a bare `off` as false
+        guard["policy"] = "off"
     if guard["policy"] not in GUARD_POLICIES:
         raise ConfigError(
             "guard.policy",
@@ -418,6 +420,15 @@ def parse_key_path(path):
     return parts
 
 
+def unshare(value):
+    """A deep copy in which no mapping or list appears twice (YAML aliases become copies)."""
+    if isinstance(value, dict):
+        return {key: unshare(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unshare(item) for item in value]
+    return copy.deepcopy(value)
+
+
 def format_key_path(parts):
     text = ""
     for part in parts:
@@ -429,9 +440,10 @@ def apply_overrides(raw, overrides):
     """Apply `key.path=value` overrides to a raw config (returns a new mapping).
 
     A path that reaches into `stages` while it is still a file reference reads that file first,
-    so `--set stages[2].steps=100` works with `stages: glcic`.
+    so `--set stages[2].steps=100` works with `stages: glcic`. YAML anchors are unshared first,
+    so setting one use of an aliased mapping changes that use only.
     """
-    raw = copy.deepcopy(raw)
+    raw = unshare(raw)
     for item in overrides:
         if "=" not in item:
             raise ConfigError("--set", f"expected key.path=value, got {item!r}")
@@ -443,7 +455,7 @@ def apply_overrides(raw, overrides):
             raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
         if parts[0] == "stages" and len(parts) > 1 and isinstance(raw.get("stages"), str):
             stages, file_optimizers = _read_stage_file(raw["stages"])
-            raw["stages"] = stages
+            raw["stages"] = unshare(stages)
             raw["optimizers"] = {**file_optimizers, **(raw.get("optimizers") or {})}
         node = raw
         for depth, part in enumerate(parts[:-1]):

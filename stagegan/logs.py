@@ -80,6 +80,26 @@ class RunLog:
             self.writer.close()
 
 
+def tensorboard_session_start(folder, step):
+    """Write a `SessionLog.START` event at `step` into its own event file in `folder`.
+
+    TensorBoard takes the first START of a run as its beginning and every later one as a
+    restart: it then drops the events at or after that step that it read before, as it does
+    after a TensorFlow crash. A new run writes one at step 0; a resumed run one just after its
+    checkpoint, which hides what the interrupted process logged past it.
+    """
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    # Event files are read in name order; names hold the creation second, host, pid and a
+    # counter: ".0-start" sorts before a TensorFlow writer's ".<n>.v2" made in the same second.
+    writer = EventFileWriter(str(folder), filename_suffix=".0-start")
+    writer.add_event(
+        Event(step=step, wall_time=time.time(), session_log=SessionLog(status=SessionLog.START))
+    )
+    writer.close()
+
+
 def append_jsonl(path, record):
     """Append one JSON line (metrics, sample manifests, eval results) and flush it."""
     with open(path, "a", encoding="utf-8") as f:

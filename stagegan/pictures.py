@@ -100,8 +100,8 @@ def write_png(picture, path):
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    except OSError:
+    except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
+        raise OSError(e.errno, e.strerror, str(path)) from None
     return path

@@ -29,7 +29,7 @@ from pathlib import Path
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, format_key_path, parse_config, read_yaml
 from stagegan.errors import ConfigError
-from stagegan.logs import append_jsonl
+from stagegan.logs import append_jsonl, tensorboard_session_start
 from stagegan.schedule import Schedule
 
 RESUME_LOG = "resume.jsonl"
@@ -245,7 +245,8 @@ def commit(plan, log):
         if name == "samples/manifest.jsonl":
             for record in later:
                 (run_dir / "samples" / record.get("file", "")).unlink(missing_ok=True)
-    purge_tensorboard(run_dir / "tensorboard", step)
+    if (run_dir / "tensorboard").is_dir():  # TensorBoard then drops the later events
+        tensorboard_session_start(run_dir / "tensorboard", step + 1)
     if plan.changes:
         tmp = run_dir / "config.yaml.tmp"
         tmp.write_text(plan.config.to_yaml(), encoding="utf-8")
@@ -287,24 +288,3 @@ def drop_records_after(path, step):
     tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     os.replace(tmp, path)
     return [json.loads(line) for line in dropped]
-
-
-def purge_tensorboard(folder, step):
-    """Write a `SessionLog.START` event at `step + 1`: TensorBoard then discards the events
-    after `step` that the interrupted process wrote, as it does after a TensorFlow crash."""
-    if not folder.is_dir():
-        return
-    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    # Event files are read in name order; names hold the creation second, then the host.
-    # ".0-resume" sorts before the resumed writer's ".<pid>..." file of the same second.
-    writer = EventFileWriter(str(folder), filename_suffix=".0-resume")
-    writer.add_event(
-        Event(
-            step=step + 1,
-            wall_time=datetime.datetime.now().timestamp(),
-            session_log=SessionLog(status=SessionLog.START),
-        )
-    )
-    writer.close()

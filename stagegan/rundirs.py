@@ -9,7 +9,10 @@ _NUMBERED = re.compile(r"^(\d{5})-")
 
 
 def check_new_run_dir(path):
-    """Refuse a run folder that already holds something."""
+    """Refuse a run folder that already holds something, or that cannot be created (checked
+    before the networks are built, so a typo does not cost a model build)."""
+    import os
+
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ConfigError(
@@ -17,6 +20,13 @@ def check_new_run_dir(path):
             f"{path} already exists and is not empty; a run folder is never overwritten "
             "(pick another folder, or continue that run with --resume)",
         )
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError("--run-dir", f"cannot create {path}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError("--run-dir", f"cannot create {path}: {ancestor} is not writable")
 
 
 def create_run_dir(path=None, root="runs", name="run"):

@@ -152,9 +152,11 @@ class Trainer:
             objects.update(self.ema.trackables())
         return objects
 
-    def trace(self):
-        """Trace every stage's step function once; raises what tracing found wrong."""
-        for stage_step in self.stage_steps:
+    def trace(self, from_step=0):
+        """Trace the step function of every stage not finished at global step `from_step`
+        (a resumed run skips the stages behind it); raises what tracing found wrong."""
+        first = self.schedule.position(from_step).stage_index if from_step else 0
+        for stage_step in self.stage_steps[first:]:
             stage_step.trace()
 
     @property
@@ -371,7 +373,14 @@ def train(trainer, run_dir, stop_after=None):
 
 def _train(trainer, run_dir, store, signals, stop_after):
     from stagegan.evaluation import Evaluation
-    from stagegan.logs import Progress, RunLog, append_jsonl, plot_losses, read_metrics
+    from stagegan.logs import (
+        Progress,
+        RunLog,
+        append_jsonl,
+        plot_losses,
+        read_metrics,
+        tensorboard_session_start,
+    )
     from stagegan.samples import SampleDumper
 
     config = trainer.config
@@ -388,6 +397,8 @@ def _train(trainer, run_dir, store, signals, stop_after):
             features_key="eval.features",
         )
         evaluation.check()  # e.g. FID features that cannot load: fail now, not in an hour
+    if config.log.tensorboard and start == 0 and not (run_dir / "tensorboard").exists():
+        tensorboard_session_start(run_dir / "tensorboard", 0)  # see `resume.commit`
     runlog = RunLog(run_dir, config.log.tensorboard)
     dumper = SampleDumper(trainer, run_dir, config.samples) if config.samples else None
     progress = Progress(schedule, config.log.progress, start)

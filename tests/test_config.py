@@ -202,3 +202,14 @@ def test_broken_yaml_and_missing_file(tmp_path):
 def test_default_and_presets_load():
     assert load_config().task
     assert load_config("mog_ring").name == "mog-ring"
+
+
+def test_set_changes_one_use_of_a_yaml_alias_only(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "task: mog2d\nbatch_size: 8\nstages:\n"
+        "  - {name: a, steps: 1, updates: [&d {train: 'discriminator/*', loss: d_loss}]}\n"
+        "  - {name: b, steps: 1, updates: [*d]}\n"
+    )
+    config = load_config(str(path), ["stages[1].updates[0].repeat=3"])
+    assert [s.updates[0].repeat for s in config.stages] == [1, 3]

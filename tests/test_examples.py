@@ -45,6 +45,8 @@ def test_custom_task_trains_with_lazy_r1_and_ema(tmp_path):
         "ema.start=4",
         "--set",
         "log.every=1",
+        "--set",
+        "log.tensorboard=false",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -83,6 +85,8 @@ def test_custom_generator_in_a_builtin_task(tmp_path):
         "--set",
         "batch_size=4",
         *[f"--set=stages[{i}].steps=1" for i in range(3)],
+        "--set",
+        "log.tensorboard=false",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

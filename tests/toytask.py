@@ -5,7 +5,9 @@ Real data: N((1, -1), 0.5^2). Loss terms:
     d_loss = mean softplus(-D(x)) + mean softplus(D(stop_gradient(G(z))))
     g_loss = mean softplus(-D(G(z)))
 d_loss stops the gradient into G, so a pattern over both networks leaves G's gradient None.
-Options: model.batchnorm puts a BatchNormalization layer first in D.
+Options: model.batchnorm puts a BatchNormalization layer first in D. data.nan_draws (a list of
+real-batch draw numbers, counted from 0 over the run) and data.nan_row put a NaN into that row
+of those global batches: the NaN reaches d_loss in the tower whose shard holds the row.
 """
 
 import keras
@@ -17,7 +19,11 @@ from stagegan.tasks.base import Task
 class ToyTask(Task):
     name = "toy"
     loss_terms = ("d_loss", "g_loss")
-    defaults = {"data": {"mean": 1.0}, "model": {"batchnorm": False}, "loss": {}}
+    defaults = {
+        "data": {"mean": 1.0, "nan_draws": None, "nan_row": 0},
+        "model": {"batchnorm": False},
+        "loss": {},
+    }
 
     def build(self):
         with keras.name_scope("generator"):
@@ -32,11 +38,18 @@ class ToyTask(Task):
             h = keras.layers.Dense(4, activation="tanh", name="hidden")(h)
             self.discriminator = keras.Model(x, keras.layers.Dense(1, name="out")(h))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
+        self.draws = tf.Variable(0, dtype=tf.int64, trainable=False)
         return self.networks
 
     def real_batch(self, batch_size):
         mean = tf.constant([self.data["mean"], -self.data["mean"]])
-        return {"x": mean + 0.5 * self.rngs.data.normal([batch_size, 2])}
+        x = mean + 0.5 * self.rngs.data.normal([batch_size, 2])
+        if self.data["nan_draws"]:
+            draw = self.draws.assign_add(1) - 1
+            poisoned = tf.reduce_any(tf.equal(draw, tf.constant(self.data["nan_draws"], tf.int64)))
+            row = tf.equal(tf.range(batch_size), self.data["nan_row"])[:, None]
+            x = tf.where(tf.logical_and(poisoned, row), float("nan"), x)
+        return {"x": x}
 
     def random_inputs(self, batch_size):
         return {"z": self.rngs.noise.normal([batch_size, 2])}

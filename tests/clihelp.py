@@ -1,0 +1,51 @@
+"""Shared helpers of the CLI tests: a tiny run's overrides, a real `python -m stagegan`
+subprocess, and the one-line-error check."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--set",
+    "stages=three_phase",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "model={latent_dim: 4, hidden: 16, layers: 1}",
+    "--set",
+    "stages[0].steps=3",
+    "--set",
+    "stages[1].steps=4",
+    "--set",
+    "stages[1].updates[0].repeat=2",
+    "--set",
+    "stages[2].steps=5",
+    "--set",
+    "checkpoint={every: 2, keep: 1}",
+    "--set",
+    "log.every=2",
+]
+
+
+def stagegan(*args, cwd=ROOT, env=None):
+    environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "stagegan", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_user_error(result, *words):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("stagegan: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]

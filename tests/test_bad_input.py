@@ -1,0 +1,278 @@
+"""The bad-input catalogue: every case must end with exit status 2, one line on stderr that
+names the key or file at fault, no traceback, and no file of an existing run folder changed
+(nor a new run folder created).
+
+The cases run through `stagegan.cli.main` in this process, with stderr captured at the file
+descriptor, so that each costs a model build rather than a TensorFlow import; the real
+`python -m stagegan` subprocess path is covered by test_cli.py.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from stagegan import cli
+from stagegan.config import parse_config
+from stagegan.training import Trainer, train
+
+D = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
+G = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
+TOY = {
+    "name": "toy",
+    "seed": 0,
+    "task": "toytask:factory",
+    "batch_size": 8,
+    "devices": {"towers": 2},
+    "optimizers": {"g": {"type": "adam", "learning_rate": 0.01}, "d": {"type": "sgd"}},
+    "stages": [
+        {"name": "d_only", "steps": 2, "updates": [D]},
+        {"name": "joint", "steps": 2, "mode": "simultaneous", "updates": [D, G]},
+    ],
+    "checkpoint": {"every": 1, "keep": 5},
+    "log": {"every": 1, "tensorboard": False},
+    "samples": None,
+}
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory):
+    """A folder with a toy config, a finished run, its damaged copies, and bad files."""
+    root = tmp_path_factory.mktemp("bad")
+    (root / "toy.yaml").write_text(yaml.safe_dump(TOY))
+    run = root / "run"
+    run.mkdir()
+    config = parse_config(TOY)
+    (run / "config.yaml").write_text(config.to_yaml())
+    train(Trainer(config), run)
+    truncated = shutil.copytree(run, root / "truncated")
+    data = truncated / "checkpoints" / "ckpt-00000004.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:-7])
+    flipped = shutil.copytree(run, root / "flipped")  # unfinished: its latest is step 3
+    index = flipped / "checkpoints" / "index.json"
+    listed = json.loads(index.read_text())["checkpoints"]
+    index.write_text(json.dumps({"checkpoints": listed[:-1]}))
+    data = flipped / "checkpoints" / "ckpt-00000003.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 3] ^= 0x5A
+    data.write_bytes(bytes(raw))
+    garbage = shutil.copytree(run, root / "garbage")
+    for data in (garbage / "checkpoints").glob("ckpt-00000004.data-*"):
+        data.write_bytes(b"not a checkpoint" * 10)
+    broken_index = shutil.copytree(run, root / "broken_index")
+    (broken_index / "checkpoints" / "index.json").write_text('{"checkpoints": [')
+    (root / "not_a_run").mkdir()
+    (root / "broken.yaml").write_text("name: x\nstages: [\n")
+    (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "no_task.yaml").write_text(
+        yaml.safe_dump({k: v for k, v in TOY.items() if k != "task"})
+    )
+    (root / "images").mkdir()
+    (root / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    (root / "a_file").write_text("not a folder")
+    (root / "out.npy").write_bytes(np.zeros(1).tobytes())
+    return root
+
+
+def toy(*sets):
+    args = []
+    for item in sets:
+        args += ["--set", item]
+    return ["--config", "{root}/toy.yaml", *args]
+
+
+TRAIN = ["train", "--run-dir", "{root}/new"]
+CASES = {
+    # Config files and keys.
+    "broken yaml": (
+        ["plan", "--config", "{root}/broken.yaml"],
+        ["--config", "broken YAML", "line 3"],
+    ),
+    "config not a mapping": (
+        ["plan", "--config", "{root}/list.yaml"],
+        ["--config", "must hold a mapping"],
+    ),
+    "missing config file": (
+        ["plan", "--config", "{root}/nope.yaml"],
+        ["--config", "no such file or preset"],
+    ),
+    "required key missing": (
+        ["plan", "--config", "{root}/no_task.yaml"],
+        ["task: required key is missing"],
+    ),
+    "unknown key": ([*TRAIN, *toy("bogus=1")], ["bogus: unknown key"]),
+    "unknown nested key": ([*TRAIN, *toy("checkpoint.often=1")], ["checkpoint.often: unknown key"]),
+    "wrong type": (
+        [*TRAIN, *toy("batch_size=eight")],
+        ["batch_size: must be an integer", "'eight'"],
+    ),
+    "zero steps": ([*TRAIN, *toy("stages[0].steps=0")], ["stages[0].steps: must be at least 1"]),
+    "negative steps": (
+        [*TRAIN, *toy("stages[1].steps=-3")],
+        ["stages[1].steps: must be at least 1"],
+    ),
+    "malformed --set": ([*TRAIN, *toy("batch_size")], ["--set: expected key.path=value"]),
+    "unknown guard policy": (
+        [*TRAIN, *toy("guard.policy=sometimes")],
+        ["guard.policy: must be one of"],
+    ),
+    # What the names in a config refer to.
+    "unknown task": ([*TRAIN, *toy("task=nope")], ["task", "unknown task 'nope'"]),
+    "unknown task option": ([*TRAIN, *toy("data.bogus=1")], ["data.bogus: unknown key"]),
+    "unknown loss term": (
+        [*TRAIN, *toy("stages[0].updates[0].loss=w_loss")],
+        ["stages[0].updates[0].loss.w_loss: unknown loss term"],
+    ),
+    "unknown optimizer type": (
+        [*TRAIN, *toy("optimizers.d.type=adamx")],
+        ["optimizers.d.type: unknown optimizer 'adamx'"],
+    ),
+    "unknown optimizer name": (
+        [*TRAIN, *toy("stages[0].updates[0].optimizer=dd")],
+        ["stages[0].updates[0].optimizer: unknown optimizer 'dd'"],
+    ),
+    "bad optimizer option": ([*TRAIN, *toy("optimizers.d.nesterov_x=1")], ["optimizers.d"]),
+    "pattern matches nothing": (
+        [*TRAIN, *toy("stages[0].updates[0].train=[disc/*]")],
+        ["stages[0].updates[0].train", "matches no variable"],
+    ),
+    "all gradients None": (
+        [*TRAIN, *toy("stages[0].updates[0].train=generator/*")],
+        ["stages[0].updates[0]: no variable gets a gradient from loss {d_loss: 1}"],
+    ),
+    "missing stage file": (
+        [*TRAIN, *toy("stages=no_such_schedule")],
+        ["stages", "no such stage file"],
+    ),
+    # Devices.
+    "batch does not divide": (
+        [*TRAIN, *toy("batch_size=9")],
+        ["batch_size: 9 does not divide evenly across 2 towers"],
+    ),
+    "more towers than devices": (
+        [*TRAIN, *toy("devices.towers=[/CPU:0, /GPU:7]")],
+        ["devices.towers: device /GPU:7 does not exist"],
+    ),
+    # Data.
+    "missing data folder": (
+        [
+            *TRAIN,
+            "--config",
+            "completion_shapes",
+            "--set",
+            "data.source=folder",
+            "--set",
+            "data.path={root}/nowhere",
+        ],
+        ["data.path: no such folder"],
+    ),
+    "unreadable image": (
+        [
+            *TRAIN,
+            "--config",
+            "completion_shapes",
+            "--set",
+            "data.source=folder",
+            "--set",
+            "data.path={root}/images",
+        ],
+        ["data.path: unreadable image", "broken.png"],
+    ),
+    # Run folders.
+    "run folder exists": (
+        ["train", "--run-dir", "{root}/run", *toy()],
+        ["--run-dir", "already exists"],
+    ),
+    "unwritable output folder": (
+        ["train", "--run-dir", "{root}/a_file/run", *toy()],
+        ["--run-dir", "a_file is not a folder"],
+    ),
+    "resume a folder that is not a run": (
+        ["train", "--resume", "{root}/not_a_run"],
+        ["--resume", "not a run folder"],
+    ),
+    "resume a missing folder": (
+        ["train", "--resume", "{root}/gone"],
+        ["--resume: no such run folder"],
+    ),
+    "resume with --config": (
+        ["train", "--resume", "{root}/run", "--config", "{root}/toy.yaml"],
+        ["--config: not with --resume"],
+    ),
+    "--checkpoint without --resume": (
+        ["train", "--checkpoint", "2", *toy()],
+        ["--checkpoint: only with --resume"],
+    ),
+    "resume from a missing checkpoint": (
+        ["train", "--resume", "{root}/run", "--checkpoint", "99"],
+        ["--checkpoint: no checkpoint at step 99"],
+    ),
+    "unsafe change on resume": (
+        ["train", "--resume", "{root}/run", "--set", "batch_size=16"],
+        ["batch_size: cannot change on resume"],
+    ),
+    "change a stage already begun": (
+        ["train", "--resume", "{root}/run", "--checkpoint", "3", "--set", "stages[1].steps=9"],
+        ["stages[1].steps: cannot change on resume: stage 'joint' has already begun"],
+    ),
+    # Checkpoints.
+    "truncated checkpoint": (
+        ["train", "--resume", "{root}/truncated", "--set", "stages[1].steps=3"],
+        ["--resume: the latest checkpoint", "ckpt-00000004 is damaged", "pass --checkpoint 3"],
+    ),
+    "corrupt checkpoint": (
+        ["train", "--resume", "{root}/flipped"],
+        ["--resume: cannot restore", "ckpt-00000003"],
+    ),
+    "unreadable checkpoint index": (
+        ["train", "--resume", "{root}/broken_index"],
+        ["--resume", "index.json is unreadable"],
+    ),
+    "sample from a corrupt checkpoint": (
+        ["sample", "--run", "{root}/flipped", "--num", "2", "--output", "{root}/s.npy"],
+        ["--checkpoint: cannot restore"],
+    ),
+    "sample over an existing file": (
+        ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/out.npy"],
+        ["--output", "already exists"],
+    ),
+    "eval a folder that is not a run": (
+        ["eval", "--run", "{root}/not_a_run"],
+        ["--run", "not a run folder"],
+    ),
+}
+
+
+def snapshot(root):
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_catalogue_has_enough_cases():
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_refused_cleanly(name, place, capfd, monkeypatch):
+    argv, words = CASES[name]
+    argv = [a.replace("{root}", str(place)) for a in argv]
+    monkeypatch.chdir(place)
+    before = snapshot(place)
+    status = cli.main(argv)
+    out, err = capfd.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("stagegan: error: "), lines[0]
+    assert "Traceback" not in out + err
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert snapshot(place) == before  # nothing changed, nothing new (no runs/, no new/)
+    assert not os.path.exists(place / "runs")

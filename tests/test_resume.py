@@ -1,0 +1,340 @@
+"""Exact resume through real processes and real kills, and the pieces of resuming in process.
+
+The crash chain: one deterministic run (2 towers, 3 stages, 12 steps) is killed five times at
+chosen moments (`tests/crash_run.py`) and resumed after each; it must end bit-identical to the
+same run never interrupted, which runs beside it.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+from clihelp import ROOT, TINY, stagegan
+
+from stagegan.checkpoints import CheckpointStore
+from stagegan.config import load_config, parse_config
+from stagegan.errors import ConfigError
+from stagegan.resume import check_changes, commit, drop_records_after, plan_resume, restore
+from stagegan.training import Trainer, train
+
+CONFIG = [
+    "--config",
+    "mog_ring",
+    *TINY,
+    "--set",
+    "deterministic=true",
+    "--set",
+    "devices.towers=2",
+    "--set",
+    "eval=null",
+    "--set",
+    "ema={decay: 0.9}",
+    "--set",
+    "log.tensorboard=false",  # saves a trace per stage and process; purging is tested below
+]
+# (how, global step): in order along one run; checkpoints every 2 steps and at stage ends 3, 7, 12.
+KILLS = [
+    ("after-index", 3),  # right after stage 1's end checkpoint: resume at a stage boundary
+    ("after-step", 5),  # mid stage 2, two steps past the last checkpoint
+    ("mid-write", 7),  # while stage 2's end checkpoint is being written
+    ("before-index", 10),  # checkpoint 10 written but not yet listed
+    ("sigterm", 11),  # a graceful stop: checkpoint 11, exit 143
+]
+TIME_FIELDS = ("time", "wall_time", "examples_per_sec")
+
+
+def crash(how, step, *args):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "crash_run.py"), how, str(step), "--", *args],
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    base = tmp_path_factory.mktemp("resume")
+    reference = subprocess.Popen(
+        [sys.executable, "-m", "stagegan", "train", "--run-dir", str(base / "ref"), *CONFIG],
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run = base / "run"
+    results = []
+    for how, step in KILLS:
+        args = (
+            ["train", "--run-dir", str(run), *CONFIG]
+            if not results
+            else ["train", "--resume", str(run)]
+        )
+        results.append(crash(how, step, *args))
+    results.append(stagegan("train", "--resume", str(run)))
+    _, errors = reference.communicate(timeout=300)
+    assert reference.returncode == 0, errors
+    return base / "ref", run, results
+
+
+def tensors(prefix):
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(str(prefix))}
+
+
+def records(path, drop=TIME_FIELDS):
+    lines = path.read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
+
+
+def test_each_kill_stopped_the_process_where_asked(chain):
+    _, run, results = chain
+    codes = [r.returncode for r in results]
+    assert codes == [-9, -9, -9, -9, 143, 0], [r.stderr[-2000:] for r in results]
+    assert "SIGTERM at step 11: checkpoint" in results[4].stdout
+    assert f"continue with: python -m stagegan train --resume {run}" in results[4].stdout
+    assert "Traceback" not in results[4].stderr + results[5].stderr
+
+
+def test_every_resume_started_from_the_last_complete_checkpoint(chain):
+    _, run, _ = chain
+    resumes = records(run / "resume.jsonl", drop=())
+    assert [r["step"] for r in resumes] == [3, 4, 6, 8, 11]
+    assert [r["checkpoint"] for r in resumes][-1] == "ckpt-00000011"
+    # The files of checkpoint 10, written but never listed, were removed before going on.
+    assert resumes[3]["removed"] == ["ckpt-00000010.data-00000-of-00001", "ckpt-00000010.index"]
+    assert all(r["changes"] == {} and r["superseded"] == [] for r in resumes)
+
+
+def test_killed_run_ends_bit_identical_to_uninterrupted_run(chain):
+    reference, run, _ = chain
+    for step in (3, 7, 12):  # stage ends: written by different processes in the two runs
+        name = f"checkpoints/ckpt-{step:08d}"
+        expected, actual = tensors(reference / name), tensors(run / name)
+        assert sorted(actual) == sorted(expected)
+        assert len(expected) > 40  # weights, both optimizers' slots, EMA, random streams
+        for key, value in expected.items():
+            np.testing.assert_array_equal(actual[key], value, err_msg=f"{name}: {key}")
+
+
+def test_logs_and_samples_read_as_one_uninterrupted_run(chain):
+    reference, run, _ = chain
+    assert records(run / "metrics.jsonl") == records(reference / "metrics.jsonl")
+    manifest = "samples/manifest.jsonl"
+    assert records(run / manifest) == records(reference / manifest)
+    for record in records(reference / manifest):
+        name = f"samples/{record['file']}"
+        assert (run / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_no_leftovers_and_index_matches_files(chain):
+    _, run, _ = chain
+    store = CheckpointStore(run / "checkpoints", None, 1)
+    listed = {e["prefix"] for e in store.entries()}
+    assert [e["step"] for e in store.entries()] == [3, 7, 11, 12]
+    for path in (run / "checkpoints").iterdir():
+        if path.name != "index.json":
+            assert path.name.split(".")[0] in listed, path.name
+    assert all(store.verify(e) is None for e in store.entries())
+
+
+# In process: the pieces -------------------------------------------------------------------
+
+TOY = {
+    "name": "toy",
+    "seed": 3,
+    "task": "toytask:factory",
+    "batch_size": 8,
+    "deterministic": True,
+    "optimizers": {"g": {"type": "adam", "learning_rate": 0.01}, "d": "sgd"},
+    "stages": [
+        {
+            "name": "d",
+            "steps": 3,
+            "updates": [{"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}],
+        },
+        {
+            "name": "joint",
+            "steps": 4,
+            "mode": "simultaneous",
+            "updates": [
+                {"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"},
+                {"train": "generator/*", "loss": "g_loss", "optimizer": "g"},
+            ],
+        },
+    ],
+    "checkpoint": {"every": 2, "keep": 5},
+    "log": {"every": 1, "tensorboard": False},
+    "samples": None,
+}
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """A finished 7-step toy run folder, made in process; tests copy it."""
+    run_dir = tmp_path_factory.mktemp("toy") / "run"
+    run_dir.mkdir()
+    config = parse_config(TOY)
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    train(Trainer(config), run_dir)
+    return run_dir
+
+
+def copy_run(source, target):
+    import shutil
+
+    shutil.copytree(source, target)
+    return target
+
+
+def test_safe_changes_pass_and_others_are_refused():
+    old = parse_config(TOY)
+    change = lambda **raw: check_changes(old, parse_config({**TOY, **raw}), step=4)
+    assert change() == {}
+    lr = {**TOY["optimizers"], "g": {"type": "adam", "learning_rate": 0.002}}
+    assert change(optimizers=lr) == {"optimizers.g.learning_rate": (0.01, 0.002)}
+    assert change(log={"every": 5, "tensorboard": False}) == {"log.every": (1, 5)}
+    later = [TOY["stages"][0], {**TOY["stages"][1], "steps": 9}]
+    with pytest.raises(
+        ConfigError,
+        match=r"stages\[1\]\.steps: cannot change on resume: stage 'joint' has already begun",
+    ):
+        change(stages=later)
+    assert check_changes(old, parse_config({**TOY, "stages": later}), step=3) == {
+        "stages[1].steps": (4, 9)  # at step 3 the joint stage is not yet reached
+    }
+    with pytest.raises(
+        ConfigError, match=r"^batch_size: cannot change on resume \(safe to change: learning"
+    ):
+        change(batch_size=16)
+    with pytest.raises(ConfigError, match=r"^optimizers\.d: cannot change"):
+        change(optimizers={**TOY["optimizers"], "d": {"type": "adam"}})
+
+
+def test_accepted_change_is_applied_and_recorded(toy_run, tmp_path):
+    import logging
+
+    run_dir = copy_run(toy_run, tmp_path / "run")
+    plan = plan_resume(run_dir, ["optimizers.g.learning_rate=0.5", "log.every=3"], checkpoint="4")
+    trainer = Trainer(plan.config)
+    restore(trainer, plan)
+    assert trainer.step_count == 4
+    assert float(trainer.optimizers["g"].learning_rate) == 0.5  # not the checkpoint's 0.01
+    commit(plan, logging.getLogger("test"))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["optimizers"]["g"]["learning_rate"] == 0.5 and saved["log"]["every"] == 3
+    record = json.loads((run_dir / "resume.jsonl").read_text())
+    assert record["changes"] == {
+        "optimizers.g.learning_rate": {"from": 0.01, "to": 0.5},
+        "log.every": {"from": 1, "to": 3},
+    }
+    # Resuming from 4 moved the later checkpoints aside and dropped the later log records.
+    assert record["superseded"] == ["ckpt-00000006", "ckpt-00000007"]
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "superseded").iterdir()) == [
+        "ckpt-00000006.data-00000-of-00001",
+        "ckpt-00000006.index",
+        "ckpt-00000007.data-00000-of-00001",
+        "ckpt-00000007.index",
+    ]
+    assert [r["step"] for r in records(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_resume_restores_optimizer_slots_rngs_and_counters(toy_run):
+    plan = plan_resume(toy_run, checkpoint="6")
+    trainer = Trainer(plan.config)
+    restore(trainer, plan)
+    expected = tensors(toy_run / "checkpoints" / "ckpt-00000006")
+    assert int(trainer.optimizers["g"].iterations) == 3  # joint steps 4, 5, 6
+    assert int(trainer.optimizers["d"].iterations) == 6
+    state = trainer.rngs.noise.state.numpy()
+    np.testing.assert_array_equal(
+        state, expected["rng_noise/_state_var/.ATTRIBUTES/VARIABLE_VALUE"]
+    )
+    moments = [v for v in trainer.optimizers["g"].variables if "momentum" in v.path]
+    assert moments and any(np.abs(v.numpy()).sum() > 0 for v in moments)
+
+
+def test_truncated_latest_checkpoint_is_named_and_never_skipped_silently(toy_run, tmp_path):
+    run_dir = copy_run(toy_run, tmp_path / "run")
+    data = run_dir / "checkpoints" / "ckpt-00000007.data-00000-of-00001"
+    size = data.stat().st_size
+    data.write_bytes(data.read_bytes()[:100])
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError) as error:
+        plan_resume(run_dir)
+    assert str(error.value) == (
+        f"--resume: the latest checkpoint {run_dir}/checkpoints/ckpt-00000007 is damaged: "
+        f"ckpt-00000007.data-00000-of-00001 is 100 bytes, {size} when written (truncated or "
+        "corrupt); to resume from the previous good one, pass --checkpoint 6"
+    )
+    assert plan_resume(run_dir, checkpoint="6").step == 6  # only when asked
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_corrupt_bytes_of_same_size_fail_the_restore(toy_run, tmp_path):
+    run_dir = copy_run(toy_run, tmp_path / "run")
+    data = run_dir / "checkpoints" / "ckpt-00000007.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    plan = plan_resume(run_dir)  # sizes match: only TensorFlow's checksums can tell
+    with pytest.raises(ConfigError, match=r"^--resume: cannot restore .*ckpt-00000007: "):
+        restore(Trainer(plan.config), plan)
+
+
+def test_clean_up_removes_temp_folders_and_unlisted_files(toy_run, tmp_path):
+    run_dir = copy_run(toy_run, tmp_path / "run")
+    folder = run_dir / "checkpoints"
+    (folder / "ckpt-00000009_temp").mkdir()
+    (folder / "ckpt-00000009_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    (folder / "ckpt-00000008.index").write_bytes(b"half")
+    store = CheckpointStore(folder, None, 1)
+    assert store.clean_up() == ["ckpt-00000008.index", "ckpt-00000009_temp"]
+    assert [e["step"] for e in store.entries()] == [2, 3, 4, 6, 7]
+    assert all(store.verify(e) is None for e in store.entries())
+
+
+def test_drop_records_after_keeps_earlier_and_skips_torn_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"ste')
+    assert drop_records_after(path, 2) == [{"step": 3}]
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+def test_resume_without_checkpoint_starts_from_step_zero(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(load_config("mog_ring").to_yaml())
+    plan = plan_resume(run_dir)
+    assert plan.entry is None and plan.step == 0
+
+
+def test_tensorboard_drops_what_the_killed_process_wrote_after_the_checkpoint(tmp_path):
+    import time
+
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    from stagegan.logs import tensorboard_session_start
+
+    def write(steps, value):
+        writer = tf.summary.create_file_writer(str(tmp_path))
+        with writer.as_default():
+            for step in steps:
+                tf.summary.scalar("loss", value, step=step)
+        writer.close()
+
+    tensorboard_session_start(tmp_path, 0)  # as a new run does
+    write(range(1, 7), 1.0)  # the killed process got to step 6; its checkpoint was at 3
+    time.sleep(1.1)  # event file names hold the second they were made
+    tensorboard_session_start(tmp_path, 4)  # as `resume.commit` does
+    write(range(4, 6), 2.0)  # the resumed process
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    seen = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors("loss")]
+    assert seen == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0)]
