@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stagegan.checkpoints import CheckpointStore
-from stagegan.config import apply_overrides, format_key_path, parse_config, read_yaml
+from stagegan.config import apply_overrides, format_key_path, parse_config
 from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl, tensorboard_session_start
+from stagegan.runs import run_config
 from stagegan.schedule import Schedule
 
 RESUME_LOG = "resume.jsonl"
@@ -85,15 +86,7 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
             that is not safe on resume.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError("--resume", f"no such run folder: {run_dir}")
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise ConfigError("--resume", f"{run_dir} is not a run folder (it has no config.yaml)")
-    try:
-        old = parse_config(read_yaml(path, "--resume"))
-    except ConfigError as e:
-        raise ConfigError("--resume", f"{path} is not a valid run config: {e}") from None
+    old = run_config(run_dir, "--resume")
     new = parse_config(apply_overrides(old.raw, overrides))
     entry = _choose_checkpoint(run_dir, checkpoint)
     step = 0 if entry is None else entry["step"]

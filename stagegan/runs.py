@@ -22,15 +22,20 @@ from stagegan.errors import ConfigError
 EVAL_LOG = "eval.jsonl"
 
 
-def run_config(run_dir):
-    """The resolved config a run folder holds (`config.yaml`)."""
+def run_config(run_dir, key="--run"):
+    """The resolved config a run folder holds (`config.yaml`); problems name `key`."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ConfigError("--run", f"no such run folder: {run_dir}")
+        raise ConfigError(key, f"no such run folder: {run_dir}")
     path = run_dir / "config.yaml"
     if not path.is_file():
-        raise ConfigError("--run", f"{run_dir} is not a run folder (no config.yaml)")
-    return parse_config(read_yaml(path, "--run"))
+        raise ConfigError(key, f"{run_dir} is not a run folder (it has no config.yaml)")
+    try:
+        return parse_config(read_yaml(path, key))
+    except ConfigError as e:
+        if e.key == key:
+            raise
+        raise ConfigError(key, f"{path} is not a valid run config: {e}") from None
 
 
 def find_checkpoint(run_dir, checkpoint=None):

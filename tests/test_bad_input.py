@@ -15,28 +15,20 @@ import shutil
 import numpy as np
 import pytest
 import yaml
+from toytask import two_stage_config
 
 from stagegan import cli
 from stagegan.config import parse_config
 from stagegan.training import Trainer, train
 
-D = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
-G = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
-TOY = {
-    "name": "toy",
-    "seed": 0,
-    "task": "toytask:factory",
-    "batch_size": 8,
-    "devices": {"towers": 2},
-    "optimizers": {"g": {"type": "adam", "learning_rate": 0.01}, "d": {"type": "sgd"}},
-    "stages": [
-        {"name": "d_only", "steps": 2, "updates": [D]},
-        {"name": "joint", "steps": 2, "mode": "simultaneous", "updates": [D, G]},
-    ],
-    "checkpoint": {"every": 1, "keep": 5},
-    "log": {"every": 1, "tensorboard": False},
-    "samples": None,
-}
+TOY = two_stage_config(
+    "toy",
+    0,
+    2,
+    2,
+    devices={"towers": 2},
+    optimizers={"g": {"type": "adam", "learning_rate": 0.01}, "d": {"type": "sgd"}},
+)
 
 
 @pytest.fixture(scope="module")

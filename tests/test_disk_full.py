@@ -14,6 +14,7 @@ import uuid
 import numpy as np
 import pytest
 import tensorflow as tf
+from toytask import two_stage_config
 
 from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
@@ -22,26 +23,7 @@ from stagegan.errors import ConfigError
 from stagegan.resume import commit, plan_resume, restore
 from stagegan.training import Trainer, train
 
-D = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
-G = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
-RAW = {
-    "name": "full",
-    "seed": 5,
-    "task": "toytask:factory",
-    "batch_size": 8,
-    "deterministic": True,
-    "optimizers": {
-        "g": {"type": "adam", "learning_rate": 0.01},
-        "d": {"type": "adam", "learning_rate": 0.01},
-    },
-    "stages": [
-        {"name": "d_only", "steps": 3, "updates": [D]},
-        {"name": "joint", "steps": 3, "mode": "simultaneous", "updates": [D, G]},
-    ],
-    "checkpoint": {"every": 1, "keep": 10},
-    "log": {"every": 1, "tensorboard": False},
-    "samples": {"every": 2},
-}
+RAW = two_stage_config("full", 5, 3, 3, deterministic=True, samples={"every": 2})
 FULL = "No space left on device"
 
 

@@ -8,6 +8,7 @@ import logging
 import numpy as np
 import pytest
 import yaml
+from toytask import D_UPDATE, G_UPDATE, two_stage_config
 
 from stagegan import cli
 from stagegan.checkpoints import CheckpointStore
@@ -15,27 +16,17 @@ from stagegan.config import parse_config
 from stagegan.errors import GuardStop
 from stagegan.training import Trainer, train
 
-D = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
-G = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
-BASE = {
-    "name": "guarded",
-    "seed": 1,
-    "task": "toytask:factory",
-    "batch_size": 8,  # 4 towers of 2 rows: row 5 lies in tower 2
-    "devices": {"towers": 4},
-    "optimizers": {
-        "g": {"type": "adam", "learning_rate": 0.01},
-        "d": {"type": "adam", "learning_rate": 0.01},
-    },
-    # Real-batch draws: alternating step k draws 2k (D) and 2k+1 (G); joint step j draws 8 + j.
-    "stages": [
-        {"name": "alternating", "steps": 4, "updates": [D, G]},
-        {"name": "joint", "steps": 3, "mode": "simultaneous", "updates": [D, G]},
-    ],
-    "checkpoint": {"every": 1, "keep": 10},
-    "log": {"every": 1, "tensorboard": False},
-    "samples": None,
-}
+# 4 towers of 2 rows: row 5 lies in tower 2. Real-batch draws: alternating step k draws 2k (D)
+# and 2k+1 (G); joint step j draws 8 + j.
+BASE = two_stage_config(
+    "guarded",
+    1,
+    4,
+    3,
+    first_name="alternating",
+    first_updates=[D_UPDATE, G_UPDATE],
+    devices={"towers": 4},
+)
 
 
 def make(nan_draws, **changes):

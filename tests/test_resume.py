@@ -338,3 +338,59 @@ def test_tensorboard_drops_what_the_killed_process_wrote_after_the_checkpoint(tm
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
     seen = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors("loss")]
     assert seen == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0)]
+
+
+def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(tmp_path, caplog):
+    import logging
+    import os
+    import signal
+
+    from stagegan.errors import Interrupted
+
+    trainer = Trainer(parse_config({**TOY, "checkpoint": {"every": 0, "keep": 1}}))
+    step = trainer.step
+
+    def step_then_ctrl_c(position, with_gradients=False):
+        metrics = step(position, with_gradients)
+        if position.global_step == 4:  # mid joint stage, no checkpoint due
+            os.kill(os.getpid(), signal.SIGINT)
+        return metrics
+
+    trainer.step = step_then_ctrl_c
+    previous = signal.getsignal(signal.SIGINT)
+    with caplog.at_level(logging.INFO, logger="stagegan"), pytest.raises(Interrupted) as stop:
+        train(trainer, tmp_path)
+    assert stop.value.status == 130 and trainer.step_count == 5
+    assert signal.getsignal(signal.SIGINT) is previous  # handlers restored
+    entries = CheckpointStore(tmp_path / "checkpoints", None, 1).entries()
+    assert [(e["step"], e["tags"]) for e in entries] == [(3, ["stage_end:d"]), (5, ["interrupted"])]
+    assert (
+        f"SIGINT at step 5: checkpoint {tmp_path}/checkpoints/ckpt-00000005 written; "
+        in caplog.text
+    )
+    assert f"continue with: python -m stagegan train --resume {tmp_path}" in caplog.text
+
+
+def test_a_second_process_cannot_train_into_a_locked_run(tmp_path):
+    import os
+
+    from stagegan.rundirs import lock_run_dir
+
+    held = lock_run_dir(tmp_path, "--resume")
+    try:
+        with pytest.raises(
+            ConfigError, match=rf"in use by another stagegan process \(pid {os.getpid()}\)"
+        ):
+            lock_run_dir(tmp_path, "--resume")
+    finally:
+        held.close()
+    lock_run_dir(tmp_path).close()  # free again once the holder is gone
+
+
+def test_resuming_a_finished_run_does_nothing(toy_run, capsys):
+    from stagegan import cli
+
+    before = sorted(p.name for p in toy_run.rglob("*"))
+    assert cli.main(["train", "--resume", str(toy_run)]) == 0
+    assert "already finished at step 7; nothing to do" in capsys.readouterr().out
+    assert sorted(p.name for p in toy_run.rglob("*")) == before

@@ -73,3 +73,39 @@ class ToyTask(Task):
 
 def factory(options, rngs):
     return ToyTask(options, rngs)
+
+
+# Run configs over the toy task, shared by the tests ------------------------------------------
+
+D_UPDATE = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
+G_UPDATE = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
+
+
+def two_stage_config(name, seed, first, joint, first_name="d_only", first_updates=None, **changes):
+    """A raw run config: `first` steps of D alone (or `first_updates`), then `joint` steps of D
+    and G together; Adam at 0.01, a checkpoint every step, a log line every step, TensorBoard
+    and sample dumps off. `changes` override top-level keys."""
+    raw = {
+        "name": name,
+        "seed": seed,
+        "task": "toytask:factory",
+        "batch_size": 8,
+        "optimizers": {
+            "g": {"type": "adam", "learning_rate": 0.01},
+            "d": {"type": "adam", "learning_rate": 0.01},
+        },
+        "stages": [
+            {"name": first_name, "steps": first, "updates": first_updates or [D_UPDATE]},
+            {
+                "name": "joint",
+                "steps": joint,
+                "mode": "simultaneous",
+                "updates": [D_UPDATE, G_UPDATE],
+            },
+        ],
+        "checkpoint": {"every": 1, "keep": 10},
+        "log": {"every": 1, "tensorboard": False},
+        "samples": None,
+    }
+    raw.update(changes)
+    return raw
