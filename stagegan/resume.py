@@ -31,6 +31,7 @@ from stagegan.config import apply_overrides, format_key_path, parse_config
 from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl, tensorboard_session_start
 from stagegan.runs import run_config
+from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
 
 RESUME_LOG = "resume.jsonl"
@@ -93,6 +94,9 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
     if step > new.total_steps:
         raise ConfigError("--resume", f"checkpoint step {step} is past the end of the run")
     changes = check_changes(old, new, step)
+    inputs = run_dir / "samples" / INPUTS
+    if new.samples is not None and inputs.exists():
+        read_inputs(inputs)
     key = "--resume" if checkpoint is None else "--checkpoint"
     return ResumePlan(run_dir, new, entry, step, changes, key)
 

@@ -11,10 +11,12 @@ and the stage, and one line in `manifest.jsonl`:
 
 import json
 import re
+import zipfile
 
 import numpy as np
 
 from stagegan import pictures
+from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl
 
 INPUTS = "inputs.npz"
@@ -40,6 +42,19 @@ def load_inputs(path):
     return inputs, info
 
 
+def read_inputs(path):
+    """`load_inputs`, with an unreadable file a ConfigError naming it (checked on resume
+    before anything in the run folder changes)."""
+    try:
+        return load_inputs(path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        raise ConfigError(
+            str(path),
+            "the run's fixed sample inputs are unreadable; move the file away to draw new ones "
+            "(pictures before and after will then show different inputs)",
+        ) from None
+
+
 class SampleDumper:
     """Writes the run's sample pictures and their manifest.
 
@@ -56,7 +71,7 @@ class SampleDumper:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / INPUTS
         if path.exists():
-            self.inputs, self.info = load_inputs(path)
+            self.inputs, self.info = read_inputs(path)
         else:
             count = config.count or trainer.task.sample_count
             inputs, info = trainer.task.sample_inputs(count, config.seed)

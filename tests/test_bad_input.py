@@ -55,6 +55,13 @@ def place(tmp_path_factory):
     garbage = shutil.copytree(run, root / "garbage")
     for data in (garbage / "checkpoints").glob("ckpt-00000004.data-*"):
         data.write_bytes(b"not a checkpoint" * 10)
+    broken_inputs = shutil.copytree(run, root / "broken_inputs")  # unfinished, with samples
+    index = broken_inputs / "checkpoints" / "index.json"
+    index.write_text(json.dumps({"checkpoints": listed[:-1]}))
+    config_path = broken_inputs / "config.yaml"
+    config_path.write_text(config_path.read_text().replace("samples: null", "samples: {}"))
+    (broken_inputs / "samples").mkdir()
+    (broken_inputs / "samples" / "inputs.npz").write_bytes(b"PK not a zip")
     broken_index = shutil.copytree(run, root / "broken_index")
     (broken_index / "checkpoints" / "index.json").write_text('{"checkpoints": [')
     (root / "not_a_run").mkdir()
@@ -220,6 +227,10 @@ CASES = {
         ["train", "--resume", "{root}/flipped"],
         ["--resume: cannot restore", "ckpt-00000003"],
     ),
+    "unreadable sample inputs": (
+        ["train", "--resume", "{root}/broken_inputs"],
+        ["samples/inputs.npz: the run's fixed sample inputs are unreadable"],
+    ),
     "unreadable checkpoint index": (
         ["train", "--resume", "{root}/broken_index"],
         ["--resume", "index.json is unreadable"],
@@ -235,6 +246,38 @@ CASES = {
     "eval a folder that is not a run": (
         ["eval", "--run", "{root}/not_a_run"],
         ["--run", "not a run folder"],
+    ),
+    "eval a missing folder": (["eval", "--run", "{root}/gone"], ["--run", "no such run folder"]),
+    "eval a missing checkpoint": (
+        ["eval", "--run", "{root}/run", "--checkpoint", "999"],
+        ["--checkpoint", "no checkpoint at step 999"],
+    ),
+    "eval too few samples": (["eval", "--run", "{root}/run", "--count", "1"], ["--count"]),
+    "eval a garbage checkpoint": (
+        ["eval", "--run", "{root}/garbage"],
+        ["--checkpoint", "cannot restore"],
+    ),
+    "sample to an unknown format": (
+        ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/x.txt"],
+        ["--output", ".npy or .png"],
+    ),
+    "sample no samples": (
+        ["sample", "--run", "{root}/run", "--num", "0", "--output", "{root}/x.npy"],
+        ["--num"],
+    ),
+    "sample images into a task without inputs": (
+        [
+            "sample",
+            "--run",
+            "{root}/run",
+            "--num",
+            "2",
+            "--input",
+            "{root}/images",
+            "--output",
+            "{root}/x.npy",
+        ],
+        ["--input", "takes no input images"],
     ),
 }
 
