@@ -136,6 +136,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=64, help="DCGAN width (channels)")
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -164,6 +165,8 @@ def main():
           f"{'guard off ms':>13} {'ratio':>6}")  # fmt: skip
     ratios = []
     for index, kind in enumerate(KINDS):
+        if kind not in args.kinds:
+            continue
         position = Position(index, index, 0)
         runs = {
             "plain": lambda kind=kind: plain.step(kind, args.batch),

@@ -14,6 +14,12 @@ def describe_plan(trainer):
         f"{len(config.stages)} stages, {schedule.total_steps} steps",
         f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
         f"({per_tower} per tower); variables and optimizer state on {trainer.devices.variables}",
+        f"NaN/Inf guard: {config.guard.policy}"
+        + (
+            f" (stop after {config.guard.max_consecutive} skips in a row)"
+            if config.guard.policy == "skip"
+            else ""
+        ),
     ]
     scopes = {}
     for variable in trainer.variables:

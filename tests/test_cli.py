@@ -125,6 +125,7 @@ def test_plan_shows_updates_optimizers_and_dropped_variables(tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "towers: 2 (/CPU:0, /CPU:1), batch 8 (4 per tower)" in out
+    assert "NaN/Inf guard: skip (stop after 20 skips in a row)" in out
     assert "stage 0 'everything': 4 steps (global 0..3), mode sequential" in out
     assert "repeat 1, every 2" in out
     assert "optimizer: sgd(learning_rate=0.1), shared 'd' with everything/update, " in out
