@@ -30,7 +30,7 @@ from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, format_key_path, parse_config
 from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl, tensorboard_session_start
-from stagegan.runs import run_config
+from stagegan.runs import checkpoint_entries, find_checkpoint, run_config
 from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
 
@@ -102,13 +102,9 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
 
 
 def _choose_checkpoint(run_dir, checkpoint):
-    store = CheckpointStore(run_dir / "checkpoints", None, 1)
-    try:
-        entries = store.entries()
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(
-            "--resume", f"the checkpoint index {store.directory / 'index.json'} is unreadable"
-        ) from None
+    """The index entry to resume from: `checkpoint` (a step or a path, as `sample` and `eval`
+    take it, but listed in this run's index), else the newest; either must be whole."""
+    store, entries = checkpoint_entries(run_dir, "--resume")
     if checkpoint is None:
         if not entries:
             return None
@@ -126,19 +122,12 @@ def _choose_checkpoint(run_dir, checkpoint):
                 f"the latest checkpoint {store.path_of(entry)} is damaged: {problem}; {hint}",
             )
         return entry
-    text = str(checkpoint)
-    if not text.isdigit():
-        match = re.fullmatch(r"ckpt-(\d+)(\.index)?", os.path.basename(text.rstrip("/")))
-        in_run = Path(os.path.abspath(os.path.dirname(text) or ".")) == store.directory.resolve()
-        if match is None or not in_run:
-            raise ConfigError(
-                "--checkpoint", f"{text} is not a checkpoint of {run_dir} (give its step)"
-            )
-        text = match.group(1)
-    found = [e for e in entries if e["step"] == int(text)]
+    prefix = Path(find_checkpoint(run_dir, checkpoint)).resolve()
+    found = [e for e in entries if Path(store.path_of(e)).resolve() == prefix]
     if not found:
-        steps = ", ".join(str(e["step"]) for e in entries) or "none"
-        raise ConfigError("--checkpoint", f"no checkpoint at step {int(text)} (steps: {steps})")
+        raise ConfigError(
+            "--checkpoint", f"{checkpoint} is not a listed checkpoint of {run_dir} (give its step)"
+        )
     problem = store.verify(found[0])
     if problem is not None:
         raise ConfigError("--checkpoint", f"{store.path_of(found[0])} is damaged: {problem}")

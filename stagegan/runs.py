@@ -38,16 +38,22 @@ def run_config(run_dir, key="--run"):
         raise ConfigError(key, f"{path} is not a valid run config: {e}") from None
 
 
+def checkpoint_entries(run_dir, key="--run"):
+    """`(store, entries)`: a run's `CheckpointStore` (read-only) and its listed checkpoints;
+    an unreadable index is a ConfigError naming `key`."""
+    store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
+    try:
+        return store, store.entries()
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            key, f"the checkpoint index {store.directory / 'index.json'} is unreadable"
+        ) from None
+
+
 def find_checkpoint(run_dir, checkpoint=None):
     """The checkpoint path prefix to restore: `checkpoint` (a step number, or a path with or
     without `.index`), else the run's newest listed checkpoint."""
-    store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
-    try:
-        entries = store.entries()
-    except (OSError, ValueError, KeyError):
-        raise ConfigError(
-            "--run", f"the checkpoint index of {run_dir} is unreadable (checkpoints/index.json)"
-        ) from None
+    store, entries = checkpoint_entries(run_dir)
     if checkpoint is None:
         if not entries:
             raise ConfigError("--run", f"{run_dir} has no checkpoint yet")

@@ -253,13 +253,12 @@ class StageStep:
             metrics[detail_name] = detail
         # All gradients above come from the same pre-update weights; now apply them all.
         for plan, gradients, finite in applies:
-            if plan.update.every == 1:
-                with tf.device(self.devices.variables):
-                    self._apply_if(plan, gradients, finite)
-                continue
-            active = tf.equal(stage_step % plan.update.every, 0)
+            every = plan.update.every
+            active = None if every == 1 else tf.equal(stage_step % every, 0)
             with tf.device(self.devices.variables):
                 self._apply_if(plan, gradients, finite, active)
+            if active is None:
+                continue
             nan = tf.constant(float("nan"))
             for name in plan.metric_names():
                 metrics[name] = tf.where(active, metrics[name], nan)

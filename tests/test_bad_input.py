@@ -210,6 +210,16 @@ CASES = {
         ["train", "--resume", "{root}/run", "--checkpoint", "99"],
         ["--checkpoint: no checkpoint at step 99"],
     ),
+    "resume from another run's checkpoint": (
+        [
+            "train",
+            "--resume",
+            "{root}/run",
+            "--checkpoint",
+            "{root}/flipped/checkpoints/ckpt-00000002",
+        ],
+        ["--checkpoint", "is not a listed checkpoint of"],
+    ),
     "unsafe change on resume": (
         ["train", "--resume", "{root}/run", "--set", "batch_size=16"],
         ["batch_size: cannot change on resume"],

@@ -247,7 +247,8 @@ def test_accepted_change_is_applied_and_recorded(toy_run, tmp_path):
 
 
 def test_resume_restores_optimizer_slots_rngs_and_counters(toy_run):
-    plan = plan_resume(toy_run, checkpoint="6")
+    plan = plan_resume(toy_run, checkpoint=str(toy_run / "checkpoints" / "ckpt-00000006.index"))
+    assert plan.step == 6 and plan.checkpoint_key == "--checkpoint"  # a path works as a step
     trainer = Trainer(plan.config)
     restore(trainer, plan)
     expected = tensors(toy_run / "checkpoints" / "ckpt-00000006")
