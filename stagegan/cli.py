@@ -49,6 +49,23 @@ def build_parser():
     )
     train.set_defaults(func=cmd_train)
 
+    launch = commands.add_parser(
+        "launch",
+        help="run a multi-worker training as N local worker processes (127.0.0.1, free ports)",
+        description="Start N worker processes of `train` on this machine, each with its own "
+        "TF_CONFIG, with devices.strategy=multi_worker. The remaining arguments are train's "
+        "(e.g. --config X --run-dir R, or --resume R). Worker 0 is the chief: it alone writes "
+        "the run folder.",
+    )
+    launch.add_argument("--workers", type=int, required=True, help="how many worker processes")
+    launch.add_argument(
+        "--grace",
+        type=float,
+        default=60.0,
+        help="seconds the other workers get to stop by themselves after one fails (default 60)",
+    )
+    launch.set_defaults(func=cmd_launch)
+
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
     config_arguments(plan)
     plan.set_defaults(func=cmd_plan)
@@ -91,7 +108,12 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "launch":
+        args.train_args = rest  # train's own arguments, checked by `launch`
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger("stagegan")
@@ -106,6 +128,8 @@ def main(argv=None):
     except RunStopped as e:
         if e.status == 3:  # the guard: the one line says what went non-finite, and where
             print(f"stagegan: error: guard: {e.message}", file=sys.stderr)
+        elif e.status == 4:  # a multi-worker peer was lost
+            print(f"stagegan: error: multi_worker: {e.message}", file=sys.stderr)
         return e.status
     except KeyboardInterrupt:
         print("stagegan: interrupted", file=sys.stderr)
@@ -133,13 +157,16 @@ def cmd_train(args):
     if args.checkpoint is not None:
         raise ConfigError("--checkpoint", "only with --resume RUN")
     config = load(args)
-    if args.run_dir:
+    chief = is_chief_process(config, args)
+    if args.run_dir and chief:
         check_new_run_dir(args.run_dir)
     import_tensorflow()
     from stagegan.training import Trainer, train
 
     trainer = Trainer(config)
     trainer.trace()
+    if not chief:
+        return train_worker(trainer)
     run_dir = create_run_dir(args.run_dir, name=config.name)
     lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
     tmp = run_dir / "config.yaml.tmp"
@@ -170,13 +197,62 @@ def resume_train(args):
     import_tensorflow()
     from stagegan.training import Trainer, train
 
+    chief = is_chief_process(plan.config, args)
     trainer = Trainer(plan.config)
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
+    if not chief:
+        return train_worker(trainer)
     lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
     commit(plan, logger)
     train(trainer, plan.run_dir)
     return 0
+
+
+def is_chief_process(config, args):
+    """Whether this process writes the run folder: not so on a non-chief multi-worker worker.
+    Multi-worker runs name their folder on every worker (`--run-dir`, or `--resume`)."""
+    if config.devices.strategy != "multi_worker":
+        return True
+    from stagegan.strategies import worker_cluster
+
+    _, _, chief = worker_cluster()
+    if args.run_dir is None and args.resume is None:
+        raise ConfigError(
+            "--run-dir",
+            "a multi_worker run needs --run-dir (the same folder on every worker; "
+            "`python -m stagegan launch` picks one)",
+        )
+    return chief
+
+
+def train_worker(trainer):
+    """A non-chief worker: the same steps and checkpoint saves as the chief (TensorFlow's
+    multi-worker rule), into a temporary folder that is deleted at the end. It writes no
+    samples, logs or evaluations, and logs warnings only."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from stagegan.training import train
+
+    logging.getLogger("stagegan").setLevel(logging.WARNING)
+    config = trainer.config
+    trainer.config = dataclasses.replace(
+        config,
+        samples=None,
+        eval=None,
+        log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
+    )
+    with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
+        train(trainer, Path(folder))
+    return 0
+
+
+def cmd_launch(args):
+    from stagegan.launch import launch
+
+    return launch(args.workers, args.train_args, args.grace)
 
 
 def cmd_plan(args):

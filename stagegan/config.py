@@ -47,7 +47,13 @@ TOP_LEVEL_DEFAULTS = {
     "data": {},
     "model": {},
     "loss": {},
-    "devices": {"towers": 1, "variables": "/CPU:0"},
+    "devices": {
+        "towers": 1,
+        "variables": "/CPU:0",
+        "strategy": "towers",
+        "jit": False,
+        "mixed_precision": False,
+    },
     "optimizers": {},
     "checkpoint": {"every": 1000, "keep": 3},
     "log": {"every": 100, "tensorboard": True, "histograms": 0, "progress": "auto"},
@@ -56,6 +62,7 @@ TOP_LEVEL_DEFAULTS = {
     "eval": None,
     "guard": {"policy": "skip", "max_consecutive": 20},
 }
+DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
 EVAL_DEFAULTS = {"every": 0, "count": None, "features": None}
 PROGRESS = ("auto", "bar", "lines")
@@ -123,6 +130,9 @@ class Stage:
 class DevicesConfig:
     towers: object  # int, "auto", or a tuple of device names
     variables: str
+    strategy: str = "towers"  # towers | mirrored | central_storage | multi_worker
+    jit: bool = False  # compile the step functions with XLA
+    mixed_precision: bool = False  # mixed_float16 (bfloat16 on CPU) with loss scaling
 
 
 @dataclass(frozen=True)
@@ -506,7 +516,7 @@ def _read_stage_file(reference):
 
 def _parse_devices(value):
     devices = _mapping(value, "devices")
-    _check_keys(devices, ("towers", "variables"), "devices")
+    _check_keys(devices, tuple(DEVICES_DEFAULTS), "devices")
     towers = devices["towers"]
     if isinstance(towers, bool):
         raise ConfigError(
@@ -532,9 +542,26 @@ def _parse_devices(value):
         raise ConfigError(
             "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
         )
+    strategy = devices["strategy"]
+    if strategy not in STRATEGIES:
+        raise ConfigError(
+            "devices.strategy", f"must be one of {', '.join(STRATEGIES)}. Received: {strategy!r}"
+        )
+    for key in ("jit", "mixed_precision"):
+        if not isinstance(devices[key], bool):
+            raise ConfigError(
+                f"devices.{key}", f"must be true or false. Received: {devices[key]!r}"
+            )
     return DevicesConfig(
-        towers=towers, variables=_string(devices["variables"], "devices.variables")
+        towers=towers,
+        variables=_string(devices["variables"], "devices.variables"),
+        strategy=strategy,
+        jit=devices["jit"],
+        mixed_precision=devices["mixed_precision"],
     )
+
+
+STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker")
 
 
 def _optional_section(resolved, key, defaults):

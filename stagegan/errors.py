@@ -2,7 +2,8 @@
 
 * `ConfigError`: bad user input, or a run folder that cannot be written: status 2.
 * `RunStopped`: a run that stopped before its end on purpose (the NaN guard, a signal): its
-  own status (3 for the guard, 128 + the signal number for SIGINT and SIGTERM).
+  own status (3 for the guard, 4 for a lost multi-worker peer, 128 + the signal number for
+  SIGINT and SIGTERM).
 """
 
 
@@ -44,3 +45,10 @@ class GuardStop(RunStopped):
 class Interrupted(RunStopped):
     """SIGINT or SIGTERM: the run wrote a checkpoint after the current step and stopped.
     Exit status 128 + the signal number (130, 143), as a shell reports a killed process."""
+
+
+class PeerLost(RunStopped):
+    """A multi-worker run lost a peer worker (it died, or stopped answering): TensorFlow's
+    collective operations aborted. Exit status 4; the run resumes from its last checkpoint."""
+
+    status = 4

@@ -12,8 +12,17 @@ def describe_plan(trainer):
     lines = [
         f"run {config.name}: task {config.task}, seed {config.seed}, "
         f"{len(config.stages)} stages, {schedule.total_steps} steps",
-        f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
-        f"({per_tower} per tower); variables and optimizer state on {trainer.devices.variables}",
+        f"backend: {config.devices.strategy}; "
+        + (
+            f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
+            f"({per_tower} per tower); variables and optimizer state on "
+            f"{trainer.devices.variables}"
+            if trainer.strategy is None
+            else f"replicas: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
+            f"({per_tower} per replica); {type(trainer.strategy).__name__}"
+        )
+        + (", XLA" if config.devices.jit else "")
+        + (", mixed precision" if config.devices.mixed_precision else ""),
         f"NaN/Inf guard: {config.guard.policy}"
         + (
             f" (stop after {config.guard.max_consecutive} skips in a row)"

@@ -75,6 +75,9 @@ class StageStep:
             generator EMA update).
         guard: `guard.policy`: "skip" or "stop" check finiteness and skip non-finite
             applications; "off" applies everything unchecked.
+        replicas: a `strategies.StrategyReplicas` to run the replicas under a
+            `tf.distribute` strategy; None (the `towers` backend) runs the towers here.
+        jit: compile the step with XLA (`devices.jit`).
     """
 
     def __init__(
@@ -87,6 +90,8 @@ class StageStep:
         global_step,
         after_step=None,
         guard="skip",
+        replicas=None,
+        jit=False,
     ):
         self.stage = stage
         self.plans = tuple(plans)
@@ -96,6 +101,7 @@ class StageStep:
         self.global_step = global_step
         self.after_step = after_step
         self.guarded = guard != "off"
+        self.replicas = replicas
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self._gradients = None  # trace time only: where `_reduce` collects gradients
@@ -191,9 +197,7 @@ class StageStep:
         for _ in range(plan.update.repeat):
             with tf.device(self.devices.variables):
                 batch = self.draw_batch()
-            results = self._towers([plan], batch)
-            gradients, metrics = self._reduce(plan, 0, results)
-            finite, flags = self._finite(plan, 0, results)
+            ((gradients, metrics, finite, flags),) = self._compute([plan], batch)
             with tf.device(self.devices.variables):
                 self._apply_if(plan, gradients, finite)
                 skipped.append(tf.cast(tf.logical_not(finite), tf.int32))
@@ -209,11 +213,38 @@ class StageStep:
         condition = finite if self.guarded else None
         if active is not None:
             condition = active if condition is None else tf.logical_and(active, condition)
-        if condition is None:
+        if self.replicas is not None:
+            self.replicas.apply(plan, gradients, condition)
+        elif condition is None:
             plan.optimizer.apply_gradients(gradients)
-            return
-        apply = lambda: self._apply(plan, gradients)
-        tf.cond(condition, apply, lambda: tf.constant(False))
+        else:
+            apply = lambda: self._apply(plan, gradients)
+            tf.cond(condition, apply, lambda: tf.constant(False))
+
+    def _compute(self, plans, batch):
+        """Every tower's (or replica's) forward pass and gradients for `plans`, combined.
+
+        Returns one `(gradients, metrics, finite, detail)` per plan: what `_apply_if` applies
+        (averaged `(gradient, variable)` pairs, or the strategy's per-replica payload), the
+        update's metrics, and the guard's verdict and detail (see `_finite`).
+        """
+        if self.replicas is None:
+            results = self._towers(plans, batch)
+            out = []
+            for k, plan in enumerate(plans):
+                gradients, metrics = self._reduce(plan, k, results)
+                out.append((gradients, metrics, *self._finite(plan, k, results)))
+            return out
+        out = []
+        computed = self.replicas.compute(plans, batch, self._compute_terms, self.guarded)
+        for plan, result in zip(plans, computed, strict=True):
+            both = list(zip(result["gradients"], plan.variables, strict=True))
+            pairs = [(g, v) for g, v in both if g is not None]
+            dropped = [v for g, v in both if g is None]
+            metrics = self._metrics(plan, pairs, dropped, result["terms"])
+            detail = result["detail"]
+            out.append((result["payload"], metrics, tf.reduce_all(detail), detail))
+        return out
 
     def _finite(self, plan, k, results):
         """Whether update k's loss terms and gradients are finite in every tower: `(finite,
@@ -240,12 +271,10 @@ class StageStep:
     def _run_simultaneous(self, stage_step):
         with tf.device(self.devices.variables):
             batch = self.draw_batch()
-        results = self._towers(self.plans, batch)
         metrics, applies = {}, []
-        for k, plan in enumerate(self.plans):
-            gradients, update_metrics = self._reduce(plan, k, results)
+        for plan, computed in zip(self.plans, self._compute(self.plans, batch), strict=True):
+            gradients, update_metrics, finite, detail = computed
             metrics.update(update_metrics)
-            finite, detail = self._finite(plan, k, results)
             applies.append((plan, gradients, finite))
             count_name, detail_name = plan.guard_names()
             with tf.device(self.devices.variables):
@@ -291,6 +320,14 @@ class StageStep:
         with tf.device(self.devices.variables):
             pairs, dropped = average_gradients([r.gradients[k] for r in results], plan.variables)
             terms = average_terms([{t: r.terms[t] for t in plan.terms} for r in results])
+        metrics = self._metrics(plan, pairs, dropped, terms)
+        if not pairs:  # a config error, raised when tracing ends; keep tracing till then
+            pairs = [(tf.zeros_like(v), v) for v in plan.variables]
+        return pairs, metrics
+
+    def _metrics(self, plan, pairs, dropped, terms):
+        """Update metrics from its averaged gradients; records dropped variables and the
+        config error of an update that no variable gets a gradient from (trace time)."""
         update = plan.update
         self.dropped[update.name] = [v.path for v in dropped]  # logged by `trace`
         if not pairs:
@@ -311,7 +348,7 @@ class StageStep:
         if self._gradients is not None:
             for gradient, variable in pairs:
                 self._gradients[f"{update.name}/{variable.path}"] = gradient
-        return pairs, metrics
+        return metrics
 
 
 def _values(gradient):

@@ -19,13 +19,21 @@ import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
 from stagegan.ema import Ema
-from stagegan.errors import ConfigError, GuardStop, Interrupted
+from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost
 from stagegan.optimizers import make_optimizer
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
+from stagegan.strategies import (
+    StrategyReplicas,
+    check_replicas,
+    is_chief,
+    make_strategy,
+    own_gradient_reduction,
+    replica_devices,
+)
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
-from stagegan.towers import resolve_devices
+from stagegan.towers import Devices, resolve_devices
 from stagegan.variables import check_partition, select_variables
 
 log = logging.getLogger("stagegan")
@@ -47,14 +55,32 @@ class Trainer:
         self.config = config
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
-        self.devices = resolve_devices(config.devices, config.batch_size)
+        if config.devices.strategy == "multi_worker":
+            # Made before anything else initialises TensorFlow's devices (it must be); it
+            # uses every local GPU of each worker, or its CPU, as TensorFlow decides.
+            self.strategy = make_strategy("multi_worker", (), config.devices.variables)
+            self.devices = Devices(towers=(), variables=config.devices.variables)
+        else:
+            self.devices = resolve_devices(config.devices, config.batch_size)
+            self.strategy = make_strategy(
+                config.devices.strategy, self.devices.towers, self.devices.variables
+            )
+        self.replicas = None
+        if self.strategy is not None:
+            check_replicas(self.strategy, config.batch_size)
+            names = replica_devices(self.strategy, self.devices.towers)
+            self.devices = Devices(towers=names, variables=self.devices.variables)
+            self.replicas = StrategyReplicas(self.strategy, self._state_variables)
+        self.chief = is_chief(self.strategy)
+        self.multi_worker = config.devices.strategy == "multi_worker"
         keras.utils.set_random_seed(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
         with tf.device(self.devices.variables):
             self.rngs = RandomStreams(config.seed)
             self.task = make_task(config.task, options, self.rngs)
             self.task.batch_size = config.batch_size
-            self.networks = self.task.build()
+            with self.variable_scope():
+                self.networks = self.task.build()
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.variables = check_partition(self.networks)
         self.ema = None
@@ -86,10 +112,20 @@ class Trainer:
                     self.global_step,
                     after_step,
                     guard=config.guard.policy,
+                    replicas=self.replicas,
+                    jit=config.devices.jit,
                 )
             )
         self.guard = Guard(config.guard, self.devices.towers)
         self.checkpoint = tf.train.Checkpoint(**self.trackables())
+
+    def variable_scope(self):
+        """Where the networks and optimizers create their variables: the strategy's scope,
+        or (`towers`) the current device scope."""
+        return self.strategy.scope() if self.strategy else contextlib.nullcontext()
+
+    def _state_variables(self):
+        return [v for net in self.networks.values() for v in net.non_trainable_variables]
 
     def _select_variables(self):
         known_terms = tuple(self.task.loss_terms)
@@ -129,9 +165,12 @@ class Trainer:
             unique = list({id(v): v for v in variables}.values())
             spec = self.config.optimizers[key]
             where = f"optimizers.{key}" if key in self.config.shared else f"{key}.optimizer"
-            optimizer = make_optimizer(spec, where, name=slug(key))
-            with tf.device(self.devices.variables):
-                optimizer.build(unique)
+            with self.variable_scope():
+                optimizer = make_optimizer(spec, where, name=slug(key))
+                with tf.device(self.devices.variables):
+                    optimizer.build(unique)
+            if self.strategy is not None:
+                own_gradient_reduction(optimizer)
             optimizers[key] = optimizer
         return optimizers
 
@@ -300,6 +339,19 @@ class Guard:
         }
 
 
+def describe_peer_error(error):
+    """One line from TensorFlow's error when a collective operation lost a peer."""
+    text = str(getattr(error, "message", error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    aborted = [line for line in lines if line.startswith("Collective ops is aborted by: ")]
+    first = aborted[0].split(": ", 1)[1] if aborted else (lines or [type(error).__name__])[0]
+    remote = re.search(r"remote target (/job:\S+?)(?: while|$)", text, re.M)
+    who = "a worker"
+    if remote:
+        who = f"worker {remote.group(1).rsplit('task:', 1)[-1]} ({remote.group(1)})"
+    return f"lost contact with {who}: {first}"
+
+
 def slug(key):
     """Checkpoint-safe optimizer key: `stages[0].updates[1]` -> `stages_0_updates_1`."""
     return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")
@@ -351,7 +403,9 @@ def train(trainer, run_dir, stop_after=None):
         run_dir / "checkpoints", trainer.checkpoint, trainer.config.checkpoint.keep
     )
     try:
-        with _StopSignals() as signals:
+        # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
+        # act at once, and a resume starts from the last periodic or stage-end checkpoint.
+        with _StopSignals(enabled=not trainer.multi_worker) as signals:
             return _train(trainer, run_dir, store, signals, stop_after)
     except GuardStop as e:
         latest = store.latest()
@@ -361,6 +415,16 @@ def train(trainer, run_dir, stop_after=None):
             else "no checkpoint was written"
         )
         raise GuardStop(f"{e.message}; {last}") from None
+    except tf.errors.OpError as e:
+        if not trainer.multi_worker:
+            raise
+        latest = store.latest()
+        last = f"the last checkpoint is {latest['prefix']}" if latest else "no checkpoint yet"
+        raise PeerLost(
+            f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; continue with: "
+            f"python -m stagegan launch --workers N --resume {run_dir} (or train --resume on "
+            "every worker)"
+        ) from None
     except OSError as e:
         latest = store.latest()
         last = f"the last good checkpoint is {latest['prefix']}" if latest else "no checkpoint yet"
@@ -509,9 +573,10 @@ class _StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, enabled=True):
         self.received = 0
         self.saved = {}
+        self.enabled = enabled
 
     @property
     def name(self):
@@ -527,7 +592,7 @@ class _StopSignals:
         self.saved = {}
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if self.enabled and threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self.saved[signum] = signal.signal(signum, self._handle)
         return self

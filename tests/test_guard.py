@@ -36,7 +36,7 @@ def make(nan_draws, **changes):
 
 def state(trainer):
     weights = {v.path: v.numpy().copy() for v in trainer.variables}
-    counts = {k: int(o.iterations) for k, o in trainer.optimizers.items()}
+    counts = {k: int(o.iterations.numpy()) for k, o in trainer.optimizers.items()}
     return weights, counts
 
 
@@ -44,9 +44,10 @@ def changed(before, after, scope):
     return [p for p in before if p.startswith(scope) and not np.array_equal(before[p], after[p])]
 
 
+@pytest.mark.parametrize("strategy", ["towers", "mirrored"])
 @pytest.mark.parametrize("draw, step", [(2, 1), (9, 5)], ids=["sequential", "simultaneous"])
-def test_skip_leaves_only_the_poisoned_update_unapplied(draw, step, caplog):
-    trainer = make([draw])
+def test_skip_leaves_only_the_poisoned_update_unapplied(draw, step, strategy, caplog):
+    trainer = make([draw], devices={"towers": 4, "strategy": strategy})
     positions = list(trainer.schedule.positions())
     for position in positions[:step]:
         trainer.step(position)

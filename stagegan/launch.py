@@ -1,0 +1,195 @@
+"""`python -m stagegan launch --workers N [train arguments]`: a multi-worker run on one machine.
+
+Starts N `python -m stagegan train` processes on 127.0.0.1, each with a `TF_CONFIG` naming the
+same cluster (free ports) and its own task index, and `devices.strategy=multi_worker`. Worker 0
+is the chief: it alone writes the run folder; the others' output lines are prefixed
+`[worker i]`. It is for trying multi-worker runs, and for the tests; on a real cluster, start
+one `train` process per host with its own `TF_CONFIG` (see the README).
+
+The arguments are checked here first (a bad config is one line and exit status 2, and no
+worker starts). A new run's folder is picked here (the next `runs/NNNNN-name` unless
+`--run-dir` says), so every worker names the same one.
+
+When a worker fails, the others stop by themselves: TensorFlow's collective operations abort
+when a peer is gone (stagegan turns that into one line naming the lost peer). Any worker still
+running `grace` seconds later is terminated. The exit status is that of the first worker to
+fail (128 + N for a signal), or 0.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from stagegan.errors import ConfigError
+
+MULTI_WORKER = "devices.strategy=multi_worker"
+
+
+def launch(workers, train_args, grace=60.0):
+    """Run `train train_args` as `workers` local worker processes; returns the exit status."""
+    from stagegan.cli import build_parser, load
+
+    if workers < 1:
+        raise ConfigError("--workers", f"must be at least 1. Received: {workers}")
+    args = list(train_args)
+    if args[:1] == ["train"]:
+        args = args[1:]
+    parsed = build_parser().parse_args(["train", *args])
+    if parsed.resume is not None:
+        from stagegan.resume import plan_resume
+
+        plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
+        if plan.config.devices.strategy != "multi_worker":
+            raise ConfigError(
+                "devices.strategy",
+                f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
+                "resumes multi_worker runs (resume this one with train --resume)",
+            )
+        if plan.step >= plan.config.total_steps:
+            print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
+            return 0
+    else:
+        from stagegan.rundirs import check_new_run_dir, create_run_dir
+
+        parsed.set = [*parsed.set, MULTI_WORKER]
+        config = load(parsed)
+        if parsed.run_dir is not None:
+            check_new_run_dir(parsed.run_dir)
+        else:  # reserve the next numbered folder, empty, for the chief to fill
+            run_dir = create_run_dir(None, name=config.name)
+            args += ["--run-dir", str(run_dir)]
+        args += ["--set", MULTI_WORKER]
+    return Cluster(workers, args, grace).run()
+
+
+def free_ports(count):
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while picked)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(addresses, index):
+    return json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+    )
+
+
+class Cluster:
+    """The worker processes of one launch."""
+
+    def __init__(self, workers, args, grace):
+        self.args = args
+        self.grace = grace
+        self.count = workers
+        self.processes = []
+        self.threads = []
+
+    def run(self):
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(self.count)]
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for index in range(self.count):
+                self.processes.append(self._start(addresses, index))
+            return self._wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._stop_all()
+            for thread in self.threads:
+                thread.join(timeout=5)
+
+    def _start(self, addresses, index):
+        env = dict(os.environ, TF_CONFIG=tf_config(addresses, index))
+        command = [sys.executable, "-m", "stagegan", "train", *self.args]
+        piped = subprocess.PIPE if index else None  # the chief's output passes straight through
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=piped,
+            stderr=subprocess.STDOUT if index else None,
+            text=True,
+            start_new_session=True,  # signals reach workers through the launcher only
+        )
+        if index:
+            thread = threading.Thread(target=_prefix, args=(process.stdout, index), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return process
+
+    def _wait(self):
+        failed, deadline = None, None
+        while True:
+            codes = [p.poll() for p in self.processes]
+            if failed is None:
+                for index, code in enumerate(codes):
+                    if code not in (None, 0):
+                        failed = (index, code)
+                        deadline = time.monotonic() + self.grace
+                        running = [i for i, c in enumerate(codes) if c is None]
+                        _say(
+                            f"worker {index} {describe(code)}"
+                            + (
+                                f"; waiting up to {self.grace:g} s for workers "
+                                f"{', '.join(map(str, running))} to stop"
+                                if running
+                                else ""
+                            )
+                        )
+                        break
+            if all(code is not None for code in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                running = [i for i, c in enumerate(codes) if c is None]
+                _say(f"workers {', '.join(map(str, running))} still running; terminating them")
+                self._stop_all()
+                break
+            time.sleep(0.1)
+        if failed is None:
+            return 0
+        code = failed[1]
+        return 128 - code if code < 0 else code
+
+    def _forward(self, signum, frame):
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    def _stop_all(self):
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def describe(code):
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def _say(text):
+    print(f"stagegan: launch: {text}", file=sys.stderr, flush=True)
+
+
+def _prefix(stream, index):
+    for line in stream:
+        sys.stdout.write(f"[worker {index}] {line}")
+        sys.stdout.flush()
