@@ -1,0 +1,175 @@
+"""Multi-worker training with real worker processes on 127.0.0.1: `python -m stagegan launch`
+against the plain single-device reference loop, chief-only outputs, resume, and a worker
+killed mid-run."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+from clihelp import ROOT, stagegan
+from test_training import ALL_KINDS, BATCH, LR_D, LR_G, SEED, reference_run, snapshot
+
+from stagegan import cli
+from stagegan.config import parse_config
+from stagegan.runs import find_checkpoint
+from stagegan.training import Trainer
+
+RAW = {
+    "name": "mw",
+    "seed": SEED,
+    "task": "toytask:factory",
+    "batch_size": BATCH,
+    "optimizers": {
+        "g": {"type": "sgd", "learning_rate": LR_G},
+        "d": {"type": "sgd", "learning_rate": LR_D},
+    },
+    "stages": ALL_KINDS,
+    "checkpoint": {"every": 2, "keep": 10},
+    "log": {"every": 1, "progress": "lines"},
+    "samples": {"every": 5, "count": 4},
+}
+
+
+def weights(prefix, paths):
+    reader = tf.train.load_checkpoint(prefix)
+    key = lambda path: path.replace("/", ":") + "/.ATTRIBUTES/VARIABLE_VALUE"
+    return {path: reader.get_tensor(key(path)) for path in paths}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """One 2-worker run through every kind of stage; worker temp folders in its own TMPDIR."""
+    folder = tmp_path_factory.mktemp("mw")
+    (folder / "run.yaml").write_text(yaml.safe_dump(RAW))
+    (folder / "tmp").mkdir()
+    run_dir = folder / "run"
+    env = {"TMPDIR": str(folder / "tmp")}
+    args = ["launch", "--workers", "2", "--config", "run.yaml", "--run-dir", str(run_dir)]
+    result = stagegan(*args, cwd=folder, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    initial = snapshot(Trainer(parse_config(RAW)))  # the same seed builds the same weights
+    return folder, run_dir, result, initial
+
+
+def test_two_workers_match_the_single_device_reference(launched):
+    _, run_dir, _, initial = launched
+    final = weights(find_checkpoint(run_dir), initial)
+    expected = reference_run(initial)
+    diff = max(float(np.max(np.abs(final[p] - expected[p]))) for p in expected)
+    moved = max(float(np.max(np.abs(final[p] - initial[p]))) for p in expected)
+    print(f"multi_worker x2: max |stagegan - reference| = {diff:.3g}")
+    assert moved > 1e-2 and diff <= 1e-5
+
+
+def test_only_the_chief_writes(launched):
+    folder, run_dir, result, _ = launched
+    assert sorted(p.name for p in folder.iterdir()) == ["run", "run.yaml", "tmp"]
+    assert list((folder / "tmp").iterdir()) == []  # the workers' checkpoint folders are gone
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["devices"]["strategy"] == "multi_worker"
+    steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+    assert steps == list(range(1, 11))  # one record per step: written once, by the chief
+    manifest = (run_dir / "samples" / "manifest.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in manifest] == [2, 4, 5, 7, 10]
+    # Worker 1 logs warnings only: no per-step lines of its own.
+    assert not [line for line in result.stdout.splitlines() if line.startswith("[worker 1] [")]
+
+
+def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_path):
+    folder, run_dir, _, initial = launched
+    before = weights(find_checkpoint(run_dir), initial)
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(run_dir), str(copy)], check=True)
+    args = ["launch", "--workers", "2", "--resume", str(copy), "--checkpoint", "4"]
+    result = stagegan(*args, cwd=folder, env={"TMPDIR": str(folder / "tmp")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = weights(find_checkpoint(copy), initial)
+    for path in before:
+        np.testing.assert_allclose(after[path], before[path], atol=1e-6, err_msg=path)
+    resumes = [json.loads(line) for line in open(copy / "resume.jsonl")]
+    assert [r["step"] for r in resumes] == [4]
+
+
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--workers", "2", "--set", "batch_size=-3"], "batch_size"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_launch_checks_its_arguments_before_starting_workers(args, key, tmp_path, capfd):
+    os.chdir(tmp_path)
+    try:
+        status = cli.main(["launch", *args])
+    finally:
+        os.chdir(ROOT)
+    err = capfd.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith(f"stagegan: error: {key}")
+    assert list(tmp_path.iterdir()) == []  # no run folder reserved, no worker started
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
+    """No launcher: the surviving worker must fail by itself, as on a real cluster."""
+    raw = {**RAW, "stages": [{**ALL_KINDS[-1], "steps": 1_000_000}], "samples": None}
+    raw["log"] = {"every": 50, "progress": "lines"}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    workers = []
+    for index in range(2):
+        spec = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
+            "TF_CONFIG": json.dumps(spec),
+        }
+        args = ["train", "--config", "run.yaml", "--run-dir", str(tmp_path / "run")]
+        args += ["--set", "devices.strategy=multi_worker"]
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "stagegan", *args],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    chief, worker = workers
+    try:
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert chief.poll() is None and time.monotonic() < deadline, "no training happened"
+            time.sleep(0.2)
+        worker.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = chief.communicate(timeout=120)  # bounded: never a hang
+        waited = time.monotonic() - killed
+    finally:
+        for process in workers:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    print(f"the chief stopped {waited:.1f} s after the kill")
+    assert chief.returncode == 4
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("stagegan: error: multi_worker: lost contact with worker 1"), last
+    assert "--resume" in last and "Traceback" not in stderr
