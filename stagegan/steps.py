@@ -44,6 +44,7 @@ class UpdatePlan:
     variables: tuple
     optimizer: object
     shared: bool
+    loss_scale: object = None  # a `precision.LossScale` under mixed precision
 
     @property
     def terms(self):
@@ -57,6 +58,8 @@ class UpdatePlan:
         if len(self.terms) > 1:
             names.append(f"{self.update.name}/loss")
         names.append(f"{self.update.name}/grad_norm")
+        if self.loss_scale is not None:
+            names.append(f"{self.update.name}/loss_scale")
         return names
 
 
@@ -100,8 +103,10 @@ class StageStep:
         self.devices = devices
         self.global_step = global_step
         self.after_step = after_step
-        self.guarded = guard != "off"
+        # Mixed precision's loss scaling needs the finiteness checks even with the guard off.
+        self.guarded = guard != "off" or any(p.loss_scale is not None for p in self.plans)
         self.replicas = replicas
+        self.jit = jit
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self._gradients = None  # trace time only: where `_reduce` collects gradients
@@ -200,7 +205,8 @@ class StageStep:
             ((gradients, metrics, finite, flags),) = self._compute([plan], batch)
             with tf.device(self.devices.variables):
                 self._apply_if(plan, gradients, finite)
-                skipped.append(tf.cast(tf.logical_not(finite), tf.int32))
+                skip = self._settle(plan, finite, flags, metrics)
+                skipped.append(tf.cast(skip, tf.int32))
                 detail = flags if detail is None else tf.logical_and(detail, flags)
         count_name, detail_name = plan.guard_names()
         with tf.device(self.devices.variables):
@@ -221,6 +227,28 @@ class StageStep:
             apply = lambda: self._apply(plan, gradients)
             tf.cond(condition, apply, lambda: tf.constant(False))
 
+    def _settle(self, plan, finite, detail, metrics, active=None):
+        """After an application: whether the NaN guard counts it as skipped. Under mixed
+        precision, the loss scale adapts first, and a routine overflow is not a guard event
+        (see `stagegan.precision`)."""
+        if plan.loss_scale is None:
+            return tf.logical_not(finite)
+        terms_ok = tf.reduce_all(detail[:, :-1])
+        grads_ok = tf.reduce_all(detail[:, -1])
+        skip = plan.loss_scale.update(terms_ok, grads_ok, active)
+        metrics[f"{plan.update.name}/loss_scale"] = plan.loss_scale.scale.read_value()
+        return skip
+
+    def _scales(self, plans):
+        """Each plan's current loss scale (a tensor), or None without mixed precision."""
+        if all(plan.loss_scale is None for plan in plans):
+            return None
+        with tf.device(self.devices.variables):
+            return [
+                None if plan.loss_scale is None else plan.loss_scale.scale.read_value()
+                for plan in plans
+            ]
+
     def _compute(self, plans, batch):
         """Every tower's (or replica's) forward pass and gradients for `plans`, combined.
 
@@ -236,7 +264,9 @@ class StageStep:
                 out.append((gradients, metrics, *self._finite(plan, k, results)))
             return out
         out = []
-        computed = self.replicas.compute(plans, batch, self._compute_terms, self.guarded)
+        computed = self.replicas.compute(
+            plans, batch, self._compute_terms, self.guarded, self._scales(plans)
+        )
         for plan, result in zip(plans, computed, strict=True):
             both = list(zip(result["gradients"], plan.variables, strict=True))
             pairs = [(g, v) for g, v in both if g is not None]
@@ -275,17 +305,16 @@ class StageStep:
         for plan, computed in zip(self.plans, self._compute(self.plans, batch), strict=True):
             gradients, update_metrics, finite, detail = computed
             metrics.update(update_metrics)
-            applies.append((plan, gradients, finite))
-            count_name, detail_name = plan.guard_names()
-            with tf.device(self.devices.variables):
-                metrics[count_name] = tf.cast(tf.logical_not(finite), tf.int32)
-            metrics[detail_name] = detail
+            applies.append((plan, gradients, finite, detail))
+            metrics[plan.guard_names()[1]] = detail
         # All gradients above come from the same pre-update weights; now apply them all.
-        for plan, gradients, finite in applies:
+        for plan, gradients, finite, detail in applies:
             every = plan.update.every
             active = None if every == 1 else tf.equal(stage_step % every, 0)
             with tf.device(self.devices.variables):
                 self._apply_if(plan, gradients, finite, active)
+                skip = self._settle(plan, finite, detail, metrics, active)
+                metrics[plan.guard_names()[0]] = tf.cast(skip, tf.int32)
             if active is None:
                 continue
             nan = tf.constant(float("nan"))
@@ -306,7 +335,9 @@ class StageStep:
         shards = split_batch(batch, len(self.devices.towers))
         compute = lambda shard: self._compute_terms(shard, terms)
         updates = [(plan.update.loss, plan.variables) for plan in plans]
-        return tower_gradients(compute, updates, shards, self.devices.towers)
+        return tower_gradients(
+            compute, updates, shards, self.devices.towers, jit=self.jit, scales=self._scales(plans)
+        )
 
     def _compute_terms(self, shard, terms):
         values = self.compute_terms(shard, terms)

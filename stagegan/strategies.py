@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from stagegan.config import check_batch_divides
 from stagegan.errors import ConfigError
-from stagegan.towers import split_batch, weighted_loss
+from stagegan.towers import compiled, split_batch, tower_pass
 
 
 def make_strategy(name, towers, variables):
@@ -138,13 +138,14 @@ class StrategyReplicas:
             (BatchNormalization statistics) are taken from replica 0.
     """
 
-    def __init__(self, strategy, state_variables):
+    def __init__(self, strategy, state_variables, jit=False):
         self.strategy = strategy
+        self.jit = jit
         self.count = strategy.num_replicas_in_sync
         self.state_variables = state_variables
         self._kept = {}  # trace time: update name -> which variables got a gradient
 
-    def compute(self, plans, batch, compute_terms, guarded):
+    def compute(self, plans, batch, compute_terms, guarded, scales=None):
         """Every replica's forward pass and gradients for `plans`, all-reduced.
 
         Returns:
@@ -154,6 +155,7 @@ class StrategyReplicas:
             True where finite), and `payload` (the per-replica averaged gradients, for `apply`).
         """
         needed = tuple(dict.fromkeys(t for plan in plans for t in plan.terms))
+        updates = [(plan.update.loss, plan.variables) for plan in plans]
         state = list(self.state_variables())
         count = self.count
         written_mask = []
@@ -162,16 +164,16 @@ class StrategyReplicas:
             context = tf.distribute.get_replica_context()
             index = int(tf.get_static_value(context.replica_id_in_sync_group))
             shard = split_batch(batch, count)[index]
-            with keras.StatelessScope() as scope:
-                with tf.GradientTape(persistent=len(plans) > 1) as tape:
-                    terms = compute_terms(shard, needed)
-                    losses = [weighted_loss(terms, plan.update.loss) for plan in plans]
-                gradients = [
-                    tape.gradient(loss, plan.variables)
-                    for loss, plan in zip(losses, plans, strict=True)
-                ]
-                del tape
-                writes = [scope.get_current_value(v) for v in state]
+
+            def forward_backward(shard):
+                with keras.StatelessScope() as scope:
+                    terms, gradients = tower_pass(
+                        lambda shard: compute_terms(shard, needed), updates, shard, scales
+                    )
+                    writes = [scope.get_current_value(v) for v in state]
+                return terms, gradients, writes
+
+            terms, gradients, writes = compiled(forward_backward, self.jit)(shard)
             written_mask[:] = [w is not None for w in writes]
             flat, rows = [], []
             for plan, grads in zip(plans, gradients, strict=True):

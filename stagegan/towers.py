@@ -126,7 +126,7 @@ class TowerResult:
     gradients: list
 
 
-def tower_gradients(compute_terms, updates, shards, devices):
+def tower_gradients(compute_terms, updates, shards, devices, jit=False, scales=None):
     """Run every tower on its shard and differentiate each update's loss on its own variables.
 
     Args:
@@ -136,6 +136,8 @@ def tower_gradients(compute_terms, updates, shards, devices):
             so in a joint stage the discriminator's loss never moves the generator.
         shards: one batch dict per tower.
         devices: one device name per tower.
+        jit: compile each tower's pass with XLA, on its own device (see `tower_pass`).
+        scales: None, or one loss scale (a scalar tensor, or None) per update.
 
     Returns:
         A list of `TowerResult`, one per tower.
@@ -143,20 +145,57 @@ def tower_gradients(compute_terms, updates, shards, devices):
     results = []
     stateless = keras.StatelessScope()
     for index, (shard, device) in enumerate(zip(shards, devices, strict=True)):
-        # Towers 1.. share one scope that throws their variable writes away (BN statistics).
-        scope = contextlib.nullcontext() if index == 0 else stateless
-        with tf.device(device), tf.GradientTape(persistent=len(updates) > 1) as tape:
-            with scope:
-                terms = compute_terms(shard)
-            losses = [weighted_loss(terms, weights) for weights, _ in updates]
+        # Towers 1.. throw their variable writes away (BN statistics). They share one scope
+        # (so stateful RNG layers such as Dropout draw different masks on every tower), except
+        # under XLA, where each compiled tower needs its own.
+        if index == 0:
+            scope = contextlib.nullcontext
+        else:
+            scope = keras.StatelessScope if jit else (lambda: stateless)
+        run = lambda shard, scope=scope: tower_pass(compute_terms, updates, shard, scales, scope)
         with tf.device(device):
-            gradients = [
-                tape.gradient(loss, variables)
-                for loss, (_, variables) in zip(losses, updates, strict=True)
-            ]
-        del tape
+            terms, gradients = compiled(run, jit)(shard)
         results.append(TowerResult(terms=terms, gradients=gradients))
     return results
+
+
+def compiled(function, jit):
+    """`function` compiled with XLA when `jit` (a fresh `tf.function` per call site, traced
+    once inside the stage step's own single trace), else `function` itself."""
+    if not jit:
+        return function
+    return tf.function(function, jit_compile=True, autograph=False)
+
+
+def tower_pass(compute_terms, updates, shard, scales=None, scope=contextlib.nullcontext):
+    """One tower's (or replica's) forward and backward pass: `(terms, gradients)`.
+
+    `gradients[k]` is aligned with update k's variables (None where its loss does not reach
+    a variable). With `scales`, update k's loss is multiplied by `scales[k]` before
+    differentiating and its gradients divided by it again (mixed precision's loss scaling,
+    which keeps small float16 gradients from underflowing); gradients come back as float32.
+    `scope()` is entered around the forward pass (e.g. a `keras.StatelessScope`).
+    """
+    scales = scales or [None] * len(updates)
+    with tf.GradientTape(persistent=len(updates) > 1) as tape:
+        with scope():
+            terms = compute_terms(shard)
+        losses = [weighted_loss(terms, weights) for weights, _ in updates]
+        losses = [
+            loss if scale is None else loss * scale
+            for loss, scale in zip(losses, scales, strict=True)
+        ]
+    gradients = []
+    for loss, (_, variables), scale in zip(losses, updates, scales, strict=True):
+        grads = tape.gradient(loss, variables)
+        if scale is not None:
+            grads = [
+                None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32) / scale
+                for g in grads
+            ]
+        gradients.append(grads)
+    del tape
+    return terms, gradients
 
 
 def weighted_loss(terms, weights):

@@ -21,6 +21,7 @@ from stagegan.checkpoints import CheckpointStore
 from stagegan.ema import Ema
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost
 from stagegan.optimizers import make_optimizer
+from stagegan.precision import LossScale, policy, policy_name
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
 from stagegan.strategies import (
@@ -70,7 +71,10 @@ class Trainer:
             check_replicas(self.strategy, config.batch_size)
             names = replica_devices(self.strategy, self.devices.towers)
             self.devices = Devices(towers=names, variables=self.devices.variables)
-            self.replicas = StrategyReplicas(self.strategy, self._state_variables)
+            self.replicas = StrategyReplicas(
+                self.strategy, self._state_variables, jit=config.devices.jit
+            )
+        check_jit(config.devices, self.devices)
         self.chief = is_chief(self.strategy)
         self.multi_worker = config.devices.strategy == "multi_worker"
         keras.utils.set_random_seed(config.seed)
@@ -79,7 +83,9 @@ class Trainer:
             self.rngs = RandomStreams(config.seed)
             self.task = make_task(config.task, options, self.rngs)
             self.task.batch_size = config.batch_size
-            with self.variable_scope():
+            mixed = config.devices.mixed_precision
+            self.precision = policy_name(self.devices.towers) if mixed else None
+            with self.variable_scope(), policy(self.precision):
                 self.networks = self.task.build()
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.variables = check_partition(self.networks)
@@ -90,6 +96,10 @@ class Trainer:
         self.schedule = Schedule(config.stages)
         selections = self._select_variables()
         self.optimizers = self._build_optimizers(selections)
+        self.loss_scales = {}
+        if self.precision:
+            with tf.device(self.devices.variables):
+                self.loss_scales = {key: LossScale(slug(key)) for key in self.optimizers}
         draw = lambda: self.task.batch(config.batch_size)
         self.stage_steps = []
         for stage in config.stages:
@@ -99,6 +109,7 @@ class Trainer:
                     variables=tuple(selections[update.key]),
                     optimizer=self.optimizers[update.optimizer],
                     shared=update.optimizer in config.shared,
+                    loss_scale=self.loss_scales.get(update.optimizer),
                 )
                 for update in stage.updates
             ]
@@ -186,6 +197,8 @@ class Trainer:
         objects.update({f"network_{scope}": net for scope, net in self.networks.items()})
         objects.update({f"optimizer_{slug(key)}": opt for key, opt in self.optimizers.items()})
         objects.update(self.rngs.trackables())
+        for key, scale in self.loss_scales.items():
+            objects.update(scale.trackables(slug(key)))
         objects.update(self.task.trackables())
         if self.ema is not None:
             objects.update(self.ema.trackables())
@@ -337,6 +350,32 @@ class Guard:
             "gradient_towers": found.get("gradients", []),
             "text": "; ".join(parts) or "non-finite values",
         }
+
+
+def check_jit(config, devices):
+    """`devices.jit` compiles each tower's (replica's) forward and backward pass with XLA, on
+    its device. XLA cannot read a variable that lives on another device, so the variables must
+    live where the towers compute.
+
+    Raises:
+        ConfigError: jit with variables kept apart from the compute devices.
+    """
+    if not config.jit:
+        return
+    if config.strategy == "central_storage":
+        raise ConfigError(
+            "devices.jit",
+            "XLA cannot read variables kept on another device, and central_storage keeps them "
+            "on devices.variables; use devices.strategy: mirrored",
+        )
+    apart = [t for t in devices.towers if t != devices.variables]
+    if config.strategy == "towers" and apart:
+        raise ConfigError(
+            "devices.jit",
+            f"XLA cannot read variables on {devices.variables} from towers on "
+            f"{', '.join(apart)}; use devices.strategy: mirrored (variables on every tower's "
+            "device), or one tower on the variable device",
+        )
 
 
 def describe_peer_error(error):

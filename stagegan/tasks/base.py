@@ -60,6 +60,12 @@ class RandomStreams:
         return {"rng_data": self.data, "rng_noise": self.noise}
 
 
+def float32(tensor):
+    """A network's output as float32: under mixed precision (`devices.mixed_precision`)
+    networks compute in 16 bits, and losses, samples and metrics work in float32."""
+    return tf.cast(tensor, tf.float32)
+
+
 def make_generator(seed, stream):
     """The philox generator of one stream of run seed `seed`."""
     return tf.random.Generator.from_key_counter(key=seed, counter=[0, stream], alg="philox")

@@ -26,7 +26,7 @@ import tensorflow as tf
 from stagegan import losses, metrics, pictures
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, make_generator, positive
+from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, float32, make_generator, positive
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
@@ -88,7 +88,7 @@ class Completion(ImageTask):
     def complete(self, x, mask, training):
         """(raw generator output, completed image) for images `x` with holes `mask`."""
         known = x * (1.0 - mask)
-        raw = self.generator(tf.concat([known, mask], axis=-1), training=training)
+        raw = float32(self.generator(tf.concat([known, mask], axis=-1), training=training))
         return raw, known + raw * mask
 
     def crops(self, images, offsets):
@@ -105,11 +105,15 @@ class Completion(ImageTask):
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
             fake = tf.stop_gradient(completed)
-            real_logits = self.discriminator([x, self.crops(x, offsets)], training=True)
-            fake_logits = self.discriminator([fake, self.crops(fake, offsets)], training=True)
+            real_logits = float32(self.discriminator([x, self.crops(x, offsets)], training=True))
+            fake_logits = float32(
+                self.discriminator([fake, self.crops(fake, offsets)], training=True)
+            )
             out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
         if "g_adversarial" in terms:
-            logits = self.discriminator([completed, self.crops(completed, offsets)], training=True)
+            logits = float32(
+                self.discriminator([completed, self.crops(completed, offsets)], training=True)
+            )
             out["g_adversarial"] = self.g_loss(logits)
         return out
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from stagegan import losses, metrics, pictures
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import Task, choice, positive
+from stagegan.tasks.base import Task, choice, float32, positive
 
 LAYOUT_STD = {"ring": 0.01, "grid": 0.05}
 
@@ -96,17 +96,18 @@ class Mog2D(Task):
         return {"z": self.rngs.noise.normal([batch_size, self.model["latent_dim"]])}
 
     def losses(self, batch, terms):
-        fake_logits = self.discriminator(self.generator(batch["z"], training=True), training=True)
+        fake = float32(self.generator(batch["z"], training=True))
+        fake_logits = float32(self.discriminator(fake, training=True))
         out = {}
         if "d_loss" in terms:
-            real_logits = self.discriminator(batch["x"], training=True)
+            real_logits = float32(self.discriminator(batch["x"], training=True))
             out["d_loss"] = self.d_loss(real_logits, fake_logits)
         if "g_loss" in terms:
             out["g_loss"] = self.g_loss(fake_logits)
         return out
 
     def sample(self, inputs):
-        return self.generator(inputs["z"], training=False)
+        return float32(self.generator(inputs["z"], training=False))
 
     eval_count = 2500  # as in the VEEGAN and PacGAN papers
     sample_count = 1000  # points in a scatter

@@ -15,7 +15,7 @@ import tensorflow as tf
 from stagegan import losses
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import ImageTask, positive
+from stagegan.tasks.base import ImageTask, float32, positive
 
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
@@ -63,9 +63,9 @@ class Unconditional(ImageTask):
 
     def losses(self, batch, terms):
         x, out = batch["x"], {}
-        critic = lambda images: self.discriminator(images, training=True)
+        critic = lambda images: float32(self.discriminator(images, training=True))
         if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
-            fake = self.generator(batch["z"], training=True)
+            fake = float32(self.generator(batch["z"], training=True))
         if "d_loss" in terms:
             out["d_loss"] = self.d_loss(critic(x), critic(tf.stop_gradient(fake)))
         if "g_loss" in terms:
@@ -77,7 +77,7 @@ class Unconditional(ImageTask):
         return out
 
     def sample(self, inputs):
-        return self.generator(inputs["z"], training=False)
+        return float32(self.generator(inputs["z"], training=False))
 
     needs_features = True  # FID/KID: Evaluation.check loads the extractor before training
 
