@@ -12,42 +12,8 @@ the ratio stagegan / plain (target: at most 1.05). On a GPU machine everything r
 """
 
 import argparse
-import os
-import statistics
-import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-KINDS = {
-    "g_only": ("sequential", ["g"]),
-    "d_only": ("sequential", ["d"]),
-    "alternating": ("sequential", ["d", "g"]),
-    "joint": ("simultaneous", ["d", "g"]),
-}
-
-
-def stagegan_config(device, batch, width, policy):
-    updates = {
-        "d": {"name": "d", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"},
-        "g": {"name": "g", "train": "generator/*", "loss": "g_loss", "optimizer": "g"},
-    }
-    adam = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
-    return {
-        "name": "overhead",
-        "task": "unconditional",
-        "data": {"source": "shapes", "size": 32, "count": 2048},
-        "model": {"latent_dim": 64, "width": width, "batchnorm": True},
-        "batch_size": batch,
-        "devices": {"towers": [device], "variables": device},
-        "optimizers": {"g": adam, "d": adam},
-        "stages": [
-            {"name": kind, "steps": 1, "mode": mode, "updates": [updates[u] for u in names]}
-            for kind, (mode, names) in KINDS.items()
-        ],
-        "log": {"tensorboard": False},
-        "samples": None,
-        "guard": {"policy": policy},
-    }
+from common import KINDS, dcgan_config, interleaved_medians
 
 
 class PlainGan:
@@ -146,18 +112,12 @@ def main():
     from stagegan.training import Trainer
 
     device = "/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0"
+    devices = {"towers": [device], "variables": device}
     trainers = {
-        policy: Trainer(parse_config(stagegan_config(device, args.batch, args.width, policy)))
+        policy: Trainer(parse_config(dcgan_config(devices, args.batch, args.width, policy=policy)))
         for policy in ("skip", "off")
     }
     plain = PlainGan(trainers["off"].task, device)
-
-    def timed(run):
-        began = time.perf_counter()
-        for _ in range(args.steps):
-            result = run()
-        float(next(iter(result.values())))  # wait for the last step
-        return (time.perf_counter() - began) / args.steps
 
     print(f"device {device}, DCGAN 32x32 width {args.width}, batch {args.batch}, "
           f"median of {args.rounds} x {args.steps} steps")  # fmt: skip
@@ -173,13 +133,7 @@ def main():
             "skip": lambda p=position: trainers["skip"].step(p),
             "off": lambda p=position: trainers["off"].step(p),
         }
-        for run in runs.values():  # trace and warm up
-            timed(run)
-        times = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                times[name].append(timed(run))
-        median = {name: statistics.median(values) for name, values in times.items()}
+        median = interleaved_medians(runs, args.steps, args.rounds)
         ratio, ratio_off = median["skip"] / median["plain"], median["off"] / median["plain"]
         ratios.append(ratio)
         print(f"{kind:<12} {median['plain'] * 1e3:9.2f} {median['skip'] * 1e3:12.2f} "

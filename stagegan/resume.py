@@ -40,11 +40,13 @@ SAFE = (
     re.compile(r"optimizers\.[^.\[\]]+\.learning_rate"),
     re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate"),
     re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every|eval\.every)"),
+    # Where the run computes: the global batch and its draws do not depend on it.
+    re.compile(r"devices\.(towers(\[\d+\])?|variables|strategy|jit)"),
 )
 STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
 SAFE_TEXT = (
     "learning rates, the steps of stages not yet reached, and log.every, log.histograms, "
-    "samples.every, checkpoint.every, eval.every"
+    "samples.every, checkpoint.every, eval.every, and devices (but for mixed_precision)"
 )
 # Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
 STEP_LOGS = ("metrics.jsonl", "guard.jsonl", "samples/manifest.jsonl")

@@ -3,11 +3,17 @@ checkpoints behave as on `towers`. (Weights against the single-device reference 
 kind of stage: tests/test_training.py. The guard: tests/test_guard.py.)"""
 
 import dataclasses
+import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import yaml
 from test_training import ALL_KINDS, config, run_all
+from toytask import two_stage_config
 
+from stagegan import cli
+from stagegan.runs import find_checkpoint
 from stagegan.training import Trainer
 
 STRATEGIES = ["towers", "mirrored", "central_storage"]
@@ -72,3 +78,29 @@ def test_a_checkpoint_moves_between_backends(trained_with_bn, source, target, tm
         assert sorted(got) == sorted(want), name
         for key in want:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_resume_on_another_backend_continues_the_same_training(tmp_path, capfd):
+    """A towers run, resumed from its step-2 checkpoint on mirrored x2 (a safe --set), ends
+    where the uninterrupted run ended."""
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(two_stage_config("x", 5, 2, 3)))
+    first = tmp_path / "first"
+    assert cli.main(["train", "--config", str(tmp_path / "run.yaml"), "--run-dir", str(first)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    changes = ["--set", "devices.strategy=mirrored", "--set", "devices.towers=2"]
+    assert cli.main(["train", "--resume", str(copy), "--checkpoint", "2", *changes]) == 0
+    capfd.readouterr()
+    paths = [
+        name.split("/.ATTRIBUTES")[0]
+        for name, _ in tf.train.list_variables(find_checkpoint(first))
+        if name.startswith(("generator:", "discriminator:")) and "OPTIMIZER_SLOT" not in name
+    ]
+    want = tf.train.load_checkpoint(find_checkpoint(first))
+    got = tf.train.load_checkpoint(find_checkpoint(copy))
+    for path in paths:
+        key = f"{path}/.ATTRIBUTES/VARIABLE_VALUE"
+        np.testing.assert_allclose(got.get_tensor(key), want.get_tensor(key), atol=1e-5)
+    assert len(paths) == 8
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    assert config["devices"]["strategy"] == "mirrored" and config["devices"]["towers"] == 2
