@@ -113,3 +113,24 @@ def test_all_three_glcic_stages_train_on_two_towers(trainer):
 
 def _value(trainer, path):
     return next(v.numpy() for v in trainer.variables if v.path == path)
+
+
+def test_all_three_stages_compile_with_xla_and_mixed_precision():
+    """`devices.jit` and `devices.mixed_precision` on the completion task (its crops and
+    masks must compile; its networks' bfloat16 outputs meet float32 images)."""
+    config = parse_config(
+        {
+            "name": "c",
+            "task": "completion",
+            "batch_size": 4,
+            "devices": {"towers": 1, "jit": True, "mixed_precision": True},
+            "data": {"size": 16, "count": 32},
+            "model": {"width": 4, "dilations": [2]},
+            "stages": STAGES,
+        }
+    )
+    trainer = Trainer(config)
+    for position in trainer.schedule.positions():
+        metrics = trainer.step(position)
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    assert trainer.step_count == trainer.schedule.total_steps

@@ -266,9 +266,10 @@ def draw_strokes(rng, batch_size, size, count):
 
 
 def crop_around(images, offsets, crop):
-    """Exact `crop`x`crop` pixel crops at integer `offsets` [B, 2] (differentiable)."""
-    size = tf.cast(tf.shape(images)[1] - 1, tf.float32)
-    top, left = tf.cast(offsets[:, 0], tf.float32), tf.cast(offsets[:, 1], tf.float32)
-    boxes = tf.stack([top, left, top + crop - 1, left + crop - 1], axis=1) / size
-    index = tf.range(tf.shape(images)[0])
-    return tf.image.crop_and_resize(images, boxes, index, [crop, crop])
+    """Exact `crop`x`crop` pixel crops at integer `offsets` [B, 2] (differentiable; gathers,
+    so XLA compiles it too)."""
+    steps = tf.range(crop)
+    rows = tf.cast(offsets[:, :1], tf.int32) + steps[None]  # [B, crop]
+    cols = tf.cast(offsets[:, 1:], tf.int32) + steps[None]
+    picked = tf.gather(images, rows, axis=1, batch_dims=1)  # [B, crop, S, C]
+    return tf.gather(picked, cols, axis=2, batch_dims=1)
