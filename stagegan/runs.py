@@ -7,6 +7,7 @@
 What the CLI's `sample` and `eval` commands do, importable and testable without a subprocess.
 """
 
+import dataclasses
 import datetime
 import os
 import sys
@@ -87,6 +88,12 @@ def restore_run(run_dir, checkpoint=None):
 
     config = run_config(run_dir)
     path = find_checkpoint(run_dir, checkpoint)
+    # Sampling and evaluating need one device, whatever devices or cluster trained the run
+    # (a checkpoint restores into any backend).
+    one = dataclasses.replace(
+        config.devices, towers=1, variables="/CPU:0", strategy="towers", jit=False
+    )
+    config = dataclasses.replace(config, devices=one)
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
         sys.path.insert(0, os.getcwd())
     trainer = Trainer(config)

@@ -173,3 +173,12 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("stagegan: error: multi_worker: lost contact with worker 1"), last
     assert "--resume" in last and "Traceback" not in stderr
+
+
+def test_sample_from_a_multi_worker_run_needs_no_cluster(launched, capfd, tmp_path):
+    _, run_dir, _, _ = launched
+    output = tmp_path / "samples.npy"
+    assert "TF_CONFIG" not in os.environ
+    assert cli.main(["sample", "--run", str(run_dir), "--num", "6", "--output", str(output)]) == 0
+    capfd.readouterr()
+    assert np.load(output).shape == (6, 2)
