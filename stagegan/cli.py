@@ -166,7 +166,7 @@ def cmd_train(args):
     trainer = Trainer(config)
     trainer.trace()
     if not chief:
-        return train_worker(trainer)
+        return train_worker(trainer, args.run_dir)
     run_dir = create_run_dir(args.run_dir, name=config.name)
     lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
     tmp = run_dir / "config.yaml.tmp"
@@ -202,7 +202,7 @@ def resume_train(args):
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
     if not chief:
-        return train_worker(trainer)
+        return train_worker(trainer, plan.run_dir)
     lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
     commit(plan, logger)
     train(trainer, plan.run_dir)
@@ -226,7 +226,7 @@ def is_chief_process(config, args):
     return chief
 
 
-def train_worker(trainer):
+def train_worker(trainer, run_dir):
     """A non-chief worker: the same steps and checkpoint saves as the chief (TensorFlow's
     multi-worker rule), into a temporary folder that is deleted at the end. It writes no
     samples, logs or evaluations, and logs warnings only."""
@@ -245,7 +245,7 @@ def train_worker(trainer):
         log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
     )
     with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
-        train(trainer, Path(folder))
+        train(trainer, Path(folder), run_name=run_dir)
     return 0
 
 

@@ -17,6 +17,8 @@ so is a non-finite gradient at scale 1, where lowering the scale cannot help any
 The scale and its count of good steps are checkpointed, so a resumed run goes on with them.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -32,23 +34,19 @@ def policy_name(towers):
     return "mixed_bfloat16"
 
 
-class policy:  # noqa: N801 - used as a context manager, like keras.name_scope
-    """Build networks under the Keras dtype policy `name` (None: leave it alone)."""
-
-    def __init__(self, name):
-        self.name = name
-        self.saved = None
-
-    def __enter__(self):
-        if self.name:
-            self.saved = keras.config.dtype_policy()
-            keras.config.set_dtype_policy(self.name)
-        return self
-
-    def __exit__(self, *exc):
-        if self.name:
-            keras.config.set_dtype_policy(self.saved)
-        return False
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Build networks under the Keras dtype policy `name` (None: leave it alone); the
+    previous global policy is restored afterwards."""
+    if not name:
+        yield
+        return
+    saved = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(saved)
 
 
 class LossScale:

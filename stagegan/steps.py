@@ -28,6 +28,7 @@ from stagegan.errors import ConfigError
 from stagegan.towers import (
     average_gradients,
     average_terms,
+    finite_flags,
     split_batch,
     tower_gradients,
     weighted_loss,
@@ -80,7 +81,7 @@ class StageStep:
             applications; "off" applies everything unchecked.
         replicas: a `strategies.StrategyReplicas` to run the replicas under a
             `tf.distribute` strategy; None (the `towers` backend) runs the towers here.
-        jit: compile the step with XLA (`devices.jit`).
+        jit: compile each tower's forward and backward pass with XLA (`devices.jit`).
     """
 
     def __init__(
@@ -286,14 +287,7 @@ class StageStep:
         rows = []
         for device, result in zip(self.devices.towers, results, strict=True):
             with tf.device(device):
-                flags = [tf.math.is_finite(result.terms[term]) for term in plan.terms]
-                checks = [
-                    tf.reduce_all(tf.math.is_finite(_values(g)))
-                    for g in result.gradients[k]
-                    if g is not None
-                ]
-                flags.append(tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True))
-                rows.append(tf.stack(flags))
+                rows.append(finite_flags(result.terms, plan.terms, result.gradients[k]))
         with tf.device(self.devices.variables):
             detail = tf.stack(rows)
             return tf.reduce_all(detail), detail
@@ -380,8 +374,3 @@ class StageStep:
             for gradient, variable in pairs:
                 self._gradients[f"{update.name}/{variable.path}"] = gradient
         return metrics
-
-
-def _values(gradient):
-    """The dense values of a gradient (an IndexedSlices' `values`)."""
-    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient

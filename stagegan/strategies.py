@@ -31,9 +31,8 @@ import os
 import keras
 import tensorflow as tf
 
-from stagegan.config import check_batch_divides
 from stagegan.errors import ConfigError
-from stagegan.towers import compiled, split_batch, tower_pass
+from stagegan.towers import compiled, finite_flags, split_batch, tower_pass
 
 
 def make_strategy(name, towers, variables):
@@ -100,13 +99,6 @@ def worker_cluster():
     return task_type, index, chief
 
 
-def is_chief(strategy):
-    """Whether this process writes the run's outputs: always, except on a non-chief worker."""
-    if strategy is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return True
-    return worker_cluster()[2]
-
-
 def replica_devices(strategy, towers):
     """A name per replica, in replica order, for messages (`guard`, `plan`)."""
     if strategy is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -116,11 +108,6 @@ def replica_devices(strategy, towers):
     return tuple(
         f"worker {w} {device.split('/device:')[-1]}" for w in range(workers) for device in local
     )
-
-
-def check_replicas(strategy, batch_size):
-    """The global batch must divide across all replicas (of all workers)."""
-    check_batch_divides(batch_size, strategy.num_replicas_in_sync)
 
 
 def own_gradient_reduction(optimizer):
@@ -182,10 +169,8 @@ class StrategyReplicas:
                 flat += [g / count for g in kept]
                 flat += [terms[t] / count for t in plan.terms]
                 if guarded:
-                    flags = [tf.math.is_finite(terms[t]) for t in plan.terms]
-                    checks = [tf.reduce_all(tf.math.is_finite(g)) for g in kept]
-                    flags.append(tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True))
-                    bad = tf.cast(tf.logical_not(tf.stack(flags)), tf.float32)
+                    finite = finite_flags(terms, plan.terms, kept)
+                    bad = tf.cast(tf.logical_not(finite), tf.float32)
                     rows.append(tf.one_hot(index, count)[:, None] * bad[None, :])
             reduced = list(context.all_reduce(tf.distribute.ReduceOp.SUM, flat + rows))
             out = []

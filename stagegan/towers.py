@@ -198,6 +198,19 @@ def tower_pass(compute_terms, updates, shard, scales=None, scope=contextlib.null
     return terms, gradients
 
 
+def finite_flags(terms, names, gradients):
+    """One tower's finiteness, a bool vector: each loss term in `names`, then all of
+    `gradients` together (None entries skipped; IndexedSlices by their values)."""
+    flags = [tf.math.is_finite(terms[name]) for name in names]
+    checks = [
+        tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+        for g in gradients
+        if g is not None
+    ]
+    flags.append(tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True))
+    return tf.stack(flags)
+
+
 def weighted_loss(terms, weights):
     """The weighted sum of named loss terms."""
     total = None

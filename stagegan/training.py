@@ -18,16 +18,15 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
+from stagegan.config import check_batch_divides
 from stagegan.ema import Ema
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost
 from stagegan.optimizers import make_optimizer
-from stagegan.precision import LossScale, policy, policy_name
+from stagegan.precision import LossScale, dtype_policy, policy_name
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
 from stagegan.strategies import (
     StrategyReplicas,
-    check_replicas,
-    is_chief,
     make_strategy,
     own_gradient_reduction,
     replica_devices,
@@ -68,14 +67,14 @@ class Trainer:
             )
         self.replicas = None
         if self.strategy is not None:
-            check_replicas(self.strategy, config.batch_size)
+            # The global batch divides across all replicas, of all workers.
+            check_batch_divides(config.batch_size, self.strategy.num_replicas_in_sync)
             names = replica_devices(self.strategy, self.devices.towers)
             self.devices = Devices(towers=names, variables=self.devices.variables)
             self.replicas = StrategyReplicas(
                 self.strategy, self._state_variables, jit=config.devices.jit
             )
         check_jit(config.devices, self.devices)
-        self.chief = is_chief(self.strategy)
         self.multi_worker = config.devices.strategy == "multi_worker"
         keras.utils.set_random_seed(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
@@ -91,7 +90,7 @@ class Trainer:
                     "slower than float32 without XLA (measured 8x for the DCGAN pair); "
                     "add devices.jit: true, or leave mixed precision to GPUs"
                 )
-            with self.variable_scope(), policy(self.precision):
+            with self.variable_scope(), dtype_policy(self.precision):
                 self.networks = self.task.build()
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.variables = check_partition(self.networks)
@@ -414,7 +413,7 @@ class _Meter:
         return self.examples / max(now - self.start, 1e-9)
 
 
-def train(trainer, run_dir, stop_after=None):
+def train(trainer, run_dir, stop_after=None, run_name=None):
     """Run the schedule from the trainer's current global step to the end.
 
     Writes into `run_dir`:
@@ -435,6 +434,8 @@ def train(trainer, run_dir, stop_after=None):
         trainer: a built (or restored) `Trainer`.
         run_dir: the run folder (a `pathlib.Path`).
         stop_after: stop after this many steps (for tests); None runs to the end.
+        run_name: the run folder that messages name, when it is not `run_dir` (a non-chief
+            multi-worker worker trains into a temporary folder).
 
     Returns:
         The last logged metrics, as floats.
@@ -464,11 +465,11 @@ def train(trainer, run_dir, stop_after=None):
         if not trainer.multi_worker:
             raise
         latest = store.latest()
-        last = f"the last checkpoint is {latest['prefix']}" if latest else "no checkpoint yet"
+        last = f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
         raise PeerLost(
             f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; continue with: "
-            f"python -m stagegan launch --workers N --resume {run_dir} (or train --resume on "
-            "every worker)"
+            f"python -m stagegan launch --workers N --resume {run_name or run_dir} (or train "
+            "--resume on every worker)"
         ) from None
     except OSError as e:
         latest = store.latest()

@@ -5,7 +5,6 @@ killed mid-run."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from test_training import ALL_KINDS, BATCH, LR_D, LR_G, SEED, reference_run, sna
 
 from stagegan import cli
 from stagegan.config import parse_config
+from stagegan.launch import free_ports, tf_config
 from stagegan.runs import find_checkpoint
 from stagegan.training import Trainer
 
@@ -116,16 +116,6 @@ def test_launch_checks_its_arguments_before_starting_workers(args, key, tmp_path
     assert list(tmp_path.iterdir()) == []  # no run folder reserved, no worker started
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     """No launcher: the surviving worker must fail by itself, as on a real cluster."""
     raw = {**RAW, "stages": [{**ALL_KINDS[-1], "steps": 1_000_000}], "samples": None}
@@ -134,11 +124,10 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
     workers = []
     for index in range(2):
-        spec = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
         env = {
             **os.environ,
             "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
-            "TF_CONFIG": json.dumps(spec),
+            "TF_CONFIG": tf_config(addresses, index),
         }
         args = ["train", "--config", "run.yaml", "--run-dir", str(tmp_path / "run")]
         args += ["--set", "devices.strategy=multi_worker"]
@@ -172,7 +161,8 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     assert chief.returncode == 4
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("stagegan: error: multi_worker: lost contact with worker 1"), last
-    assert "--resume" in last and "Traceback" not in stderr
+    assert "the last checkpoint is step " in last and "Traceback" not in stderr
+    assert f"--resume {tmp_path / 'run'} " in last
 
 
 def test_sample_from_a_multi_worker_run_needs_no_cluster(launched, capfd, tmp_path):
