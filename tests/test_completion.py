@@ -93,6 +93,21 @@ def test_completed_images_keep_known_pixels_and_losses_match_numpy(trainer):
     assert float(terms["reconstruction_l1"]) == pytest.approx(per_image.mean(), rel=1e-4)
 
 
+def test_r1_is_the_squared_input_gradient_through_both_branches(trainer):
+    task = trainer.task
+    batch = task.batch(4)
+    x, offsets, crop = batch["x"], batch["crop_offset"].numpy(), task.crop
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        # The crop around the hole by plain slicing, independently of the task's gather.
+        crops = tf.stack([x[i, t : t + crop, s : s + crop] for i, (t, s) in enumerate(offsets)])
+        logits = task.discriminator([x, crops], training=True)
+    grads = tape.gradient(logits, x).numpy()
+    expected = (grads**2).sum(axis=(1, 2, 3)).mean()
+    r1 = float(task.losses(batch, ("r1",))["r1"])
+    assert r1 == pytest.approx(expected, rel=1e-4) and r1 > 0
+
+
 def test_all_three_glcic_stages_train_on_two_towers(trainer):
     before = {v.path: v.numpy().copy() for v in trainer.variables}
     for position in trainer.schedule.positions(trainer.step_count):

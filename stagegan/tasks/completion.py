@@ -13,6 +13,8 @@ Loss terms:
         alpha = 0.0004 keeps its meaning) or "mean" (the mean over hole elements).
     d_adversarial       real images against completed ones (`loss.adversarial`)
     g_adversarial       the completion network's adversarial loss on completed images
+    r1                  R1 on real images, through both branches (weight it gamma / 2;
+                        usable lazily with `every`)
 
 Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
 (fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
@@ -33,10 +35,10 @@ RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
 class Completion(ImageTask):
     name = "completion"
-    loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial")
+    loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial", "r1")
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
-        "model": {"width": 32, "dilations": [2, 4, 8], "generator": None, "discriminator": None},
+        "model": {"width": 32, "dilations": [2, 4], "generator": None, "discriminator": None},
         "loss": {"adversarial": "non_saturating", "reconstruction": "l2", "reduction": "sum"},
     }
 
@@ -115,6 +117,11 @@ class Completion(ImageTask):
                 self.discriminator([completed, self.crops(completed, offsets)], training=True)
             )
             out["g_adversarial"] = self.g_loss(logits)
+        if "r1" in terms:
+            critic = lambda images: float32(
+                self.discriminator([images, self.crops(images, offsets)], training=True)
+            )
+            out["r1"] = losses.r1_penalty(critic, x)
         return out
 
     def sample(self, inputs):
@@ -187,24 +194,30 @@ def generator(task):
     """Encoder, dilated convolutions, decoder: [S, S, C + 1] (image with hole, mask) ->
     [S, S, C] in [-1, 1].
 
-    The decoder upsamples by nearest-neighbour resizing then a convolution (no checkerboard
-    artifacts, unlike a strided transposed convolution), and sees the full-resolution encoder
-    features through a skip connection, so known pixels next to the hole stay crisp.
+    Two stride-2 convolutions bring the image down to S/4 (GLCIC's factor), where the dilated
+    convolutions (`model.dilations`) see the whole image: at 32x32, an 8x8 grid at 4 x width
+    channels. The decoder upsamples by nearest-neighbour resizing then a convolution (no
+    checkerboard artifacts, unlike a strided transposed convolution), and at each resolution
+    sees the encoder's features through a skip connection, so known pixels next to the hole
+    stay crisp.
     """
     size, channels, width = task.size, task.data["channels"], task.model["width"]
     layers = keras.layers
-    conv = lambda filters, kernel, name, **kw: layers.Conv2D(
-        filters, kernel, padding="same", activation="relu", name=name, **kw
+    conv = lambda filters, name, **kw: layers.Conv2D(
+        filters, 3, padding="same", activation="relu", name=name, **kw
     )
+    up = lambda h: layers.UpSampling2D(2, interpolation="nearest")(h)
     x = keras.Input((size, size, channels + 1))
-    skip = conv(width, 5, "enc1")(x)
-    h = conv(2 * width, 3, "enc2", strides=2)(skip)
-    h = conv(2 * width, 3, "enc3")(h)
+    full = conv(width, "enc1")(x)  # S
+    half = conv(2 * width, "enc2", strides=2)(full)  # S/2
+    h = conv(4 * width, "enc3", strides=2)(half)  # S/4
     for rate in task.model["dilations"]:
-        h = conv(2 * width, 3, f"dilated{rate}", dilation_rate=rate)(h)
-    h = conv(2 * width, 3, "mid")(h)
-    h = conv(width, 3, "dec1")(layers.UpSampling2D(2, interpolation="nearest")(h))
-    h = conv(width, 3, "dec2")(layers.Concatenate()([h, skip]))
+        h = conv(4 * width, f"dilated{rate}", dilation_rate=rate)(h)
+    h = conv(4 * width, "mid")(h)
+    h = conv(2 * width, "dec1")(up(h))  # S/2
+    h = conv(2 * width, "dec1_skip")(layers.Concatenate()([h, half]))
+    h = conv(width, "dec2")(up(h))  # S
+    h = conv(width, "dec2_skip")(layers.Concatenate()([h, full]))
     y = layers.Conv2D(channels, 3, padding="same", activation="tanh", name="out")(h)
     return keras.Model(x, y, name="generator")
 
