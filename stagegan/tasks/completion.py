@@ -96,10 +96,18 @@ class Completion(ImageTask):
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
 
+    def score(self, images, offsets):
+        """The discriminator's float32 logits for whole images and their crops at `offsets`."""
+        return float32(self.discriminator([images, self.crops(images, offsets)], training=True))
+
     def losses(self, batch, terms):
         x, mask, offsets = batch["x"], batch["mask"], batch["crop_offset"]
-        raw, completed = self.complete(x, mask, training=True)
         out = {}
+        if "r1" in terms:
+            out["r1"] = losses.r1_penalty(lambda images: self.score(images, offsets), x)
+        if not set(terms) - {"r1"}:
+            return out  # a lazy R1 update needs no completion
+        raw, completed = self.complete(x, mask, training=True)
         if "reconstruction" in terms:
             reconstruction = RECONSTRUCTION[self.loss["reconstruction"]]
             out["reconstruction"] = reconstruction(x, raw, mask, self.loss["reduction"])
@@ -107,21 +115,9 @@ class Completion(ImageTask):
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
             fake = tf.stop_gradient(completed)
-            real_logits = float32(self.discriminator([x, self.crops(x, offsets)], training=True))
-            fake_logits = float32(
-                self.discriminator([fake, self.crops(fake, offsets)], training=True)
-            )
-            out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
+            out["d_adversarial"] = self.d_loss(self.score(x, offsets), self.score(fake, offsets))
         if "g_adversarial" in terms:
-            logits = float32(
-                self.discriminator([completed, self.crops(completed, offsets)], training=True)
-            )
-            out["g_adversarial"] = self.g_loss(logits)
-        if "r1" in terms:
-            critic = lambda images: float32(
-                self.discriminator([images, self.crops(images, offsets)], training=True)
-            )
-            out["r1"] = losses.r1_penalty(critic, x)
+            out["g_adversarial"] = self.g_loss(self.score(completed, offsets))
         return out
 
     def sample(self, inputs):
