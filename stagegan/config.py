@@ -27,6 +27,7 @@ A run config (every key but `task`, `batch_size` and `stages` has a default):
 
 import copy
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -75,6 +76,43 @@ STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 
 
 # Records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LearningRateSchedule:
+    """A learning-rate schedule (`learning_rate: {schedule: ...}`), driven by the optimizer's
+    own iteration count: the updates it has applied (see `stagegan.optimizers.schedule`).
+
+    Attributes:
+        kind: constant, linear, cosine or exponential.
+        initial: the rate after warm-up.
+        final: where linear and cosine decays end, after `steps` iterations.
+        steps: the decay's length (exponential: the rate is multiplied by `decay_rate` every
+            `steps` iterations).
+        decay_rate, staircase: exponential only.
+        warmup: iterations of linear warm-up from 0 to `initial` before the schedule starts.
+    """
+
+    kind: str
+    initial: float
+    final: float = 0.0
+    steps: int = 0
+    decay_rate: float = 1.0
+    staircase: bool = False
+    warmup: int = 0
+
+    def describe(self):
+        """`linear(0.0005 -> 0 over 2000 iterations, warm-up 100)`."""
+        if self.kind == "constant":
+            text = f"{self.initial:g}"
+        elif self.kind == "exponential":
+            text = f"{self.initial:g} x {self.decay_rate:g} every {self.steps} iterations" + (
+                ", staircase" if self.staircase else ""
+            )
+        else:
+            text = f"{self.initial:g} -> {self.final:g} over {self.steps} iterations"
+        warmup = f", warm-up {self.warmup}" if self.warmup else ""
+        return f"{self.kind}({text}{warmup})"
 
 
 @dataclass(frozen=True)
@@ -638,11 +676,57 @@ def _parse_optimizer(spec, key):
     for name, value in options.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise ConfigError(f"{key}.{name}", "not a valid option name")
-        if isinstance(value, (dict, list)):
+        if name == "learning_rate" and isinstance(value, dict):
+            options[name] = _parse_schedule(value, f"{key}.learning_rate")
+        elif isinstance(value, (dict, list)):
             raise ConfigError(f"{key}.{name}", f"must be a scalar. Received: {value!r}")
-    if "learning_rate" in options:
-        _number(options["learning_rate"], f"{key}.learning_rate", positive=True)
+        elif name == "learning_rate":
+            _number(value, f"{key}.learning_rate", positive=True)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}.{name}", f"must be a finite number. Received: {value}")
     return OptimizerSpec(type=kind.lower(), options=tuple(sorted(options.items())))
+
+
+# The keys of each learning-rate schedule: required, and optional with their defaults.
+SCHEDULE_KEYS = {
+    "constant": (("initial",), {}),
+    "linear": (("initial", "steps"), {"final": 0.0}),
+    "cosine": (("initial", "steps"), {"final": 0.0}),
+    "exponential": (("initial", "steps", "decay_rate"), {"staircase": False}),
+}
+
+
+def _parse_schedule(value, key):
+    """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`."""
+    kind = value.get("schedule")
+    if kind not in SCHEDULE_KEYS:
+        where = f"{key}.schedule"
+        if kind is None:
+            known = ", ".join(SCHEDULE_KEYS)
+            raise ConfigError(where, f"required key is missing (one of: {known})")
+        raise ConfigError(where, f"must be one of {', '.join(SCHEDULE_KEYS)}. Received: {kind!r}")
+    required, optional = SCHEDULE_KEYS[kind]
+    _check_keys(value, ("schedule", *required, *optional, "warmup"), key)
+    for name in required:
+        if name not in value:
+            raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
+    fields = {"kind": kind, "warmup": _integer(value.get("warmup", 0), f"{key}.warmup", 0)}
+    fields["initial"] = _number(value["initial"], f"{key}.initial", positive=True)
+    if "steps" in required:
+        fields["steps"] = _integer(value["steps"], f"{key}.steps", minimum=1)
+    if "final" in optional:
+        final = _number(value.get("final", 0.0), f"{key}.final")
+        if not 0 <= final <= fields["initial"]:
+            raise ConfigError(
+                f"{key}.final",
+                f"must be between 0 and initial ({fields['initial']:g}). Received: {final:g}",
+            )
+        fields["final"] = final
+    if kind == "exponential":
+        rate = _number(value["decay_rate"], f"{key}.decay_rate", positive=True)
+        fields["decay_rate"] = rate
+        fields["staircase"] = _boolean(value.get("staircase", False), f"{key}.staircase")
+    return LearningRateSchedule(**fields)
 
 
 def _parse_stages(value, named):
@@ -774,6 +858,8 @@ def _integer(value, key, minimum=None):
 def _number(value, key, positive=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(key, f"must be a number. Received: {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number. Received: {value}")
     if positive and value <= 0:
         raise ConfigError(key, f"must be positive. Received: {value}")
     return float(value)

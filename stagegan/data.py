@@ -14,12 +14,15 @@ shuffled, seeded tf.data pipeline whose iterator is checkpointed.
 """
 
 import glob
+import logging
 import os
 
 import numpy as np
 import tensorflow as tf
 
 from stagegan.errors import ConfigError
+
+log = logging.getLogger("stagegan")
 
 SOURCES = ("shapes", "folder", "npz", "tfrecord", "mnist", "fashion_mnist", "cifar10")
 DEFAULTS = {
@@ -275,6 +278,27 @@ def check_options(options):
         raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
 
 
+# Below this many images a GAN reproduces its training set rather than learning the data.
+FEW_IMAGES = 500
+
+
+def check_count(count, batch_size, path):
+    """Refuse a dataset smaller than one batch; warn about one a GAN will memorise."""
+    if count < batch_size:
+        raise ConfigError(
+            "data.path",
+            f"{path} has {count} image{'s' if count != 1 else ''}, fewer than one batch "
+            f"(batch_size {batch_size})",
+        )
+    if count < FEW_IMAGES:
+        log.warning(
+            "data.path: %s has only %d images; a GAN trained on fewer than a few hundred "
+            "images memorises them",
+            path,
+            count,
+        )
+
+
 class ImageSource:
     """The images of a run, served one global batch at a time inside the step function.
 
@@ -291,7 +315,10 @@ class ImageSource:
             self.images = None
             self.iterator = iter(tfrecord_dataset(options, seed, batch_size))
         else:
-            self.images = tf.constant(load_images(options, seed))
+            images = load_images(options, seed)
+            if options["source"] in ("folder", "npz"):
+                check_count(len(images), batch_size, options["path"])
+            self.images = tf.constant(images)
             self.iterator = None
 
     def batch(self, batch_size, rng):

@@ -37,8 +37,8 @@ from stagegan.schedule import Schedule
 RESUME_LOG = "resume.jsonl"
 # What `--set` may change on resume: keys that do not change what was already computed.
 SAFE = (
-    re.compile(r"optimizers\.[^.\[\]]+\.learning_rate"),
-    re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate"),
+    re.compile(r"optimizers\.[^.\[\]]+\.learning_rate(\.\w+)?"),
+    re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate(\.\w+)?"),
     re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every|eval\.every)"),
     # Where the run computes: the global batch and its draws do not depend on it.
     re.compile(r"devices\.(towers(\[\d+\])?|variables|strategy|jit)"),
@@ -159,6 +159,12 @@ def check_changes(old, new, step):
                 )
         elif not any(pattern.fullmatch(key) for pattern in SAFE):
             raise ConfigError(key, f"cannot change on resume (safe to change: {SAFE_TEXT})")
+        elif isinstance(before, dict) != isinstance(after, dict):
+            raise ConfigError(
+                key,
+                "cannot change on resume between a number and a schedule (change the "
+                "number, or the schedule's keys)",
+            )
         changes[key] = (before, after)
     return changes
 
@@ -205,10 +211,11 @@ def restore(trainer, plan):
 
 
 def set_learning_rates(trainer):
-    """Give every optimizer the learning rate its config spec names."""
+    """Give every optimizer the learning rate its config spec names. (A schedule needs
+    nothing: it is built from the config and reads the restored iteration count.)"""
     for key, optimizer in trainer.optimizers.items():
         rate = trainer.config.optimizers[key].kwargs().get("learning_rate")
-        if rate is not None:
+        if isinstance(rate, float | int):
             optimizer.learning_rate.assign(float(rate))
 
 

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 
 import tensorflow as tf
+from keras.optimizers.schedules import LearningRateSchedule
 
 from stagegan.errors import ConfigError
 from stagegan.towers import (
@@ -370,6 +371,9 @@ class StageStep:
         if len(terms) > 1:
             metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
         metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm([g for g, _ in pairs])
+        if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):
+            # The rate this application uses: the schedule at the optimizer's iteration count.
+            metrics[f"{update.name}/learning_rate"] = plan.optimizer.learning_rate
         if self._gradients is not None:
             for gradient, variable in pairs:
                 self._gradients[f"{update.name}/{variable.path}"] = gradient

@@ -82,6 +82,7 @@ class Trainer:
             self.rngs = RandomStreams(config.seed)
             self.task = make_task(config.task, options, self.rngs)
             self.task.batch_size = config.batch_size
+            self.task.check_shard(config.batch_size, len(self.devices.towers))
             mixed = config.devices.mixed_precision
             self.precision = policy_name(self.devices.towers) if mixed else None
             if self.precision == "mixed_bfloat16" and not config.devices.jit:

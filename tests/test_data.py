@@ -95,6 +95,23 @@ def test_folder_errors(tmp_path):
         data.load_images(options(source="folder"), 0)
 
 
+def test_folder_smaller_than_a_batch_is_an_error_and_a_small_one_a_warning(tmp_path, caplog):
+    for i in range(5):
+        write_png(tmp_path / f"{i}.png", np.full((6, 6, 1), 40 * i, np.uint8))
+    opts = options(source="folder", path=str(tmp_path), size=4, channels=1)
+    with pytest.raises(ConfigError) as info:
+        data.ImageSource(opts, 0, 8)
+    assert info.value.key == "data.path"
+    assert "has 5 images, fewer than one batch (batch_size 8)" in info.value.message
+    with caplog.at_level("WARNING", logger="stagegan"):
+        source = data.ImageSource(opts, 0, 4)
+    (record,) = caplog.records
+    assert "only 5 images" in record.getMessage() and "memorises" in record.getMessage()
+    assert "\n" not in record.getMessage()
+    values = sorted(np.unique(source.images.numpy()).tolist())
+    assert values == [0, 40, 80, 120, 160]
+
+
 def test_tfrecord(tmp_path):
     path = tmp_path / "d.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:

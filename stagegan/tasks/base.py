@@ -33,9 +33,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import pictures
+from stagegan import losses, pictures
 from stagegan.data import ImageSource
 from stagegan.errors import ConfigError
+from stagegan.layers import pack
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
 # 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
@@ -84,6 +85,7 @@ class Task:
     loss_terms = ()
     defaults = {"data": {}, "model": {}, "loss": {}}
     batch_size = None  # the global batch size; set by the trainer before build()
+    pack = 1  # samples per discriminator input (PacGAN's packing degree)
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -120,6 +122,18 @@ class Task:
     def trackables(self):
         """Extra objects to checkpoint (e.g. a data iterator)."""
         return {}
+
+    def check_shard(self, batch_size, replicas):
+        """Refuse a packing degree that does not divide each replica's shard of the batch
+        (packs are formed inside each shard, so that no pack spans two devices)."""
+        shard = batch_size // replicas
+        if shard % self.pack:
+            raise ConfigError(
+                "model.pack",
+                f"must divide each replica's share of the batch (batch_size {batch_size} over "
+                f"{replicas} replica{'s' if replicas > 1 else ''} = {shard}). "
+                f"Received: {self.pack}",
+            )
 
     # Samples and evaluation -------------------------------------------------------------------
 
@@ -247,6 +261,38 @@ def reference_images(options, seed, count):
     if images is None:  # a streamed source: its first `count` images, from a fresh pipeline
         images = take_stream_images(options, count)
     return images, held_out
+
+
+def adversarial_losses(task, batch, terms):
+    """`d_loss`, `g_loss`, `gradient_penalty` and `r1` of a generator/discriminator pair whose
+    discriminator sees `task.pack` samples at once (1: one sample, no packing).
+
+    Real and generated samples are packed separately (`stagegan.layers.pack`), so every pack is
+    all real or all generated. The gradient penalty interpolates whole packs (one weight per
+    pack: the first of its samples' `epsilon`, so it does not depend on the number of towers)
+    and both penalties take gradient norms with respect to the whole pack.
+
+    Args:
+        task: has `generator`, `discriminator`, `pack`, `d_loss` and `g_loss`.
+        batch: one shard: real `x`, latents `z`, interpolation weights `epsilon`.
+        terms: the requested loss terms.
+    """
+    m, x, out = task.pack, batch["x"], {}
+    critic = lambda packed: float32(task.discriminator(packed, training=True))
+    if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
+        fake = float32(task.generator(batch["z"], training=True))
+    if "d_loss" in terms:
+        out["d_loss"] = task.d_loss(critic(pack(x, m)), critic(pack(tf.stop_gradient(fake), m)))
+    if "g_loss" in terms:
+        out["g_loss"] = task.g_loss(critic(pack(fake, m)))
+    if "gradient_penalty" in terms:
+        epsilon = tf.reshape(batch["epsilon"], [-1, m])[:, 0]  # one weight per pack
+        out["gradient_penalty"] = losses.gradient_penalty(
+            critic, pack(x, m), pack(fake, m), epsilon
+        )
+    if "r1" in terms:
+        out["r1"] = losses.r1_penalty(critic, pack(x, m))
+    return out
 
 
 def merge_options(options, defaults):

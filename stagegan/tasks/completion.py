@@ -28,6 +28,7 @@ import tensorflow as tf
 from stagegan import losses, metrics, pictures
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
+from stagegan.layers import conv2d, dense
 from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, float32, make_generator, positive
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
@@ -38,7 +39,13 @@ class Completion(ImageTask):
     loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial", "r1")
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
-        "model": {"width": 32, "dilations": [2, 4], "generator": None, "discriminator": None},
+        "model": {
+            "width": 32,
+            "dilations": [2, 4],
+            "spectral_norm": False,
+            "generator": None,
+            "discriminator": None,
+        },
         "loss": {"adversarial": "non_saturating", "reconstruction": "l2", "reduction": "sum"},
     }
 
@@ -221,20 +228,20 @@ def generator(task):
 def discriminator(task):
     """Global and local branches: [whole image [S, S, C], crop [c, c, C]] -> one logit."""
     size, channels, width, crop = task.size, task.data["channels"], task.model["width"], task.crop
-    layers = keras.layers
+    layers, norm = keras.layers, task.model["spectral_norm"]
     image = keras.Input((size, size, channels))
     patch = keras.Input((crop, crop, channels))
 
     def branch(h, name, mults):
         for i, mult in enumerate(mults):
-            h = layers.Conv2D(width * mult, 5, strides=2, padding="same", name=f"{name}{i}")(h)
+            h = conv2d(width * mult, 5, 2, f"{name}{i}", norm)(h)
             h = layers.LeakyReLU(0.2)(h)
-        return layers.Dense(64, name=f"{name}_fc")(layers.Flatten()(h))
+        return dense(64, f"{name}_fc", norm)(layers.Flatten()(h))
 
     both = layers.Concatenate()(
         [branch(image, "global", (1, 2, 4)), branch(patch, "local", (1, 2))]
     )
-    logit = layers.Dense(1, name="out")(layers.LeakyReLU(0.2)(both))
+    logit = dense(1, "out", norm)(layers.LeakyReLU(0.2)(both))
     return keras.Model([image, patch], logit, name="discriminator")
 
 

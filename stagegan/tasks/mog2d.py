@@ -3,6 +3,13 @@
 Layouts: `ring`, 8 modes on the unit circle (std 0.01); `grid`, 25 modes at {-4,-2,0,2,4}^2
 (std 0.05). Points are generated in-graph from the run's data stream, so the data position is
 part of the checkpointed random state. The generator and discriminator are MLPs.
+
+Loss terms:
+    d_loss, g_loss      the adversarial pair named by `loss.adversarial`
+    gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
+    r1                  R1 on real points (weight it gamma / 2)
+`model.pack: m` shows the discriminator m points at once (PacGAN); `model.spectral_norm`
+normalises its layers (see `stagegan.layers`).
 """
 
 import math
@@ -13,7 +20,8 @@ import tensorflow as tf
 
 from stagegan import losses, metrics, pictures
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import Task, choice, float32, positive
+from stagegan.layers import dense
+from stagegan.tasks.base import Task, adversarial_losses, choice, float32, positive
 
 LAYOUT_STD = {"ring": 0.01, "grid": 0.05}
 
@@ -27,12 +35,12 @@ def mode_centres(layout):
     return np.array([(x, y) for x in values for y in values], np.float32)
 
 
-def mlp(name, inputs, hidden, layers, outputs):
+def mlp(name, inputs, hidden, layers, outputs, spectral_norm=False):
     x = keras.Input((inputs,))
     h = x
     for i in range(layers):
-        h = keras.layers.Dense(hidden, activation="relu", name=f"hidden{i}")(h)
-    y = keras.layers.Dense(outputs, name="out")(h)
+        h = dense(hidden, f"hidden{i}", spectral_norm, activation="relu")(h)
+    y = dense(outputs, "out", spectral_norm)(h)
     return keras.Model(x, y, name=name)
 
 
@@ -47,20 +55,22 @@ def generator(task):
 
 
 def discriminator(task):
-    """MLP: a point [2] -> one logit."""
+    """MLP: `model.pack` points, concatenated [2 * pack] -> one logit."""
     m = task.model
-    return mlp("discriminator", 2, m["hidden"], m["layers"], 1)
+    return mlp("discriminator", 2 * m["pack"], m["hidden"], m["layers"], 1, m["spectral_norm"])
 
 
 class Mog2D(Task):
     name = "mog2d"
-    loss_terms = ("d_loss", "g_loss")
+    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
     defaults = {
         "data": {"layout": "ring", "std": None},
         "model": {
             "latent_dim": 16,
             "hidden": 128,
             "layers": 3,
+            "pack": 1,
+            "spectral_norm": False,
             "generator": None,
             "discriminator": None,
         },
@@ -73,8 +83,9 @@ class Mog2D(Task):
         std = self.data["std"] if self.data["std"] is not None else LAYOUT_STD[layout]
         if isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0:
             raise ConfigError("data.std", f"must be a positive number. Received: {std!r}")
-        for key in ("latent_dim", "hidden", "layers"):
+        for key in ("latent_dim", "hidden", "layers", "pack"):
             positive(self.model, "model", key)
+        self.pack = self.model["pack"]
         self.centres = tf.constant(mode_centres(layout))
         self.std = float(std)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
@@ -82,7 +93,8 @@ class Mog2D(Task):
     def build(self):
         latent = (self.model["latent_dim"],)
         self.generator = self.build_network("generator", generator, latent, (2,))
-        self.discriminator = self.build_network("discriminator", discriminator, (2,), (1,))
+        packed = (2 * self.pack,)
+        self.discriminator = self.build_network("discriminator", discriminator, packed, (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -93,18 +105,14 @@ class Mog2D(Task):
         return {"x": tf.gather(self.centres, modes) + noise}
 
     def random_inputs(self, batch_size):
-        return {"z": self.rngs.noise.normal([batch_size, self.model["latent_dim"]])}
+        noise = self.rngs.noise
+        return {
+            "z": noise.normal([batch_size, self.model["latent_dim"]]),
+            "epsilon": noise.uniform([batch_size]),
+        }
 
     def losses(self, batch, terms):
-        fake = float32(self.generator(batch["z"], training=True))
-        fake_logits = float32(self.discriminator(fake, training=True))
-        out = {}
-        if "d_loss" in terms:
-            real_logits = float32(self.discriminator(batch["x"], training=True))
-            out["d_loss"] = self.d_loss(real_logits, fake_logits)
-        if "g_loss" in terms:
-            out["g_loss"] = self.g_loss(fake_logits)
-        return out
+        return adversarial_losses(self, batch, terms)
 
     def sample(self, inputs):
         return float32(self.generator(inputs["z"], training=False))

@@ -6,16 +6,18 @@ largest feature map. Loss terms:
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
 The interpolation weights of the gradient penalty are drawn with the global batch's noise, so
-the penalty does not depend on the number of towers.
+the penalty does not depend on the number of towers. `model.pack: m` shows the discriminator m
+images at once, stacked along the channels (PacGAN); `model.spectral_norm` normalises its
+convolutions and output layer (see `stagegan.layers`).
 """
 
 import keras
-import tensorflow as tf
 
 from stagegan import losses
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.tasks.base import ImageTask, float32, positive
+from stagegan.layers import conv2d, dense
+from stagegan.tasks.base import ImageTask, adversarial_losses, float32, positive
 
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
@@ -30,6 +32,8 @@ class Unconditional(ImageTask):
             "latent_dim": 64,
             "width": 64,
             "batchnorm": True,
+            "pack": 1,
+            "spectral_norm": False,
             "generator": None,
             "discriminator": None,
         },
@@ -43,6 +47,7 @@ class Unconditional(ImageTask):
             raise ConfigError("data.size", f"must be 28, 32 or 64. Received: {self.size}")
         positive(self.model, "model", "latent_dim")
         positive(self.model, "model", "width")
+        self.pack = positive(self.model, "model", "pack")
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
 
     def build(self):
@@ -50,7 +55,8 @@ class Unconditional(ImageTask):
         image = (self.size, self.size, self.data["channels"])
         latent = (self.model["latent_dim"],)
         self.generator = self.build_network("generator", generator, latent, image)
-        self.discriminator = self.build_network("discriminator", discriminator, image, (1,))
+        packed = (self.size, self.size, self.data["channels"] * self.pack)
+        self.discriminator = self.build_network("discriminator", discriminator, packed, (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -62,19 +68,7 @@ class Unconditional(ImageTask):
         }
 
     def losses(self, batch, terms):
-        x, out = batch["x"], {}
-        critic = lambda images: float32(self.discriminator(images, training=True))
-        if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
-            fake = float32(self.generator(batch["z"], training=True))
-        if "d_loss" in terms:
-            out["d_loss"] = self.d_loss(critic(x), critic(tf.stop_gradient(fake)))
-        if "g_loss" in terms:
-            out["g_loss"] = self.g_loss(critic(fake))
-        if "gradient_penalty" in terms:
-            out["gradient_penalty"] = losses.gradient_penalty(critic, x, fake, batch["epsilon"])
-        if "r1" in terms:
-            out["r1"] = losses.r1_penalty(critic, x)
-        return out
+        return adversarial_losses(self, batch, terms)
 
     def sample(self, inputs):
         return float32(self.generator(inputs["z"], training=False))
@@ -113,12 +107,14 @@ def generator(task):
 
 
 def discriminator(task):
-    """DCGAN discriminator: [S, S, C] -> one logit."""
+    """DCGAN discriminator: `model.pack` images stacked along the channels [S, S, C * pack]
+    -> one logit."""
     layers, size, width = keras.layers, task.size, task.model["width"]
-    x = keras.Input((size, size, task.data["channels"]))
+    norm = task.model["spectral_norm"]
+    x = keras.Input((size, size, task.data["channels"] * task.model["pack"]))
     h = x
     for i in range(UPSAMPLINGS[size]):
-        h = layers.Conv2D(width * 2**i, 4, strides=2, padding="same", name=f"down{i}")(h)
+        h = conv2d(width * 2**i, 4, 2, f"down{i}", norm)(h)
         h = layers.LeakyReLU(0.2)(h)
-    logit = layers.Dense(1, name="out")(layers.Flatten()(h))
+    logit = dense(1, "out", norm)(layers.Flatten()(h))
     return keras.Model(x, logit, name="discriminator")

@@ -1,0 +1,152 @@
+"""Mode-collapse quality of the shipped MoG presets, next to the published tables.
+
+Trains each preset as shipped (`python -m stagegan train --config mog_ring --set seed=S`) for
+every seed, evaluates the final checkpoint with `python -m stagegan eval` (2,500 samples,
+the VEEGAN/PacGAN definitions), and prints one row per run, then mean +- std per preset next
+to the rows of PacGAN (Lin et al. 2018, Table 2/3; means of 10 trials).
+
+    python benchmarks/quality.py                  # both presets, seeds 0-4
+    python benchmarks/quality.py --seeds 3        # seeds 0, 1, 2
+    python benchmarks/quality.py --seeds 1,4 --presets mog_grid --keep runs/quality
+
+The last lines are the per-preset targets of the shipped recipes and whether every seed met
+them (ring: 8/8 modes, high quality >= 97%, reverse KL <= 0.05; grid: 25/25, >= 95%).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# PacGAN (Lin et al. 2018) and VEEGAN (Srivastava et al. 2017): modes captured and high-quality
+# samples (%), means of 10 trials, as the issue that set our targets quotes them.
+PUBLISHED = {
+    "mog_ring": [("GAN", 6.3, 98.2), ("PacGAN4", 7.8, 95.9), ("VEEGAN", 8, 52.9)],
+    "mog_grid": [("GAN", 17.3, 94.8), ("PacGAN4", 24.8, 93.6), ("VEEGAN", 24.6, 40.0)],
+}
+TARGETS = {  # (modes, high quality at least, reverse KL at most)
+    "mog_ring": (8, 0.97, 0.05),
+    "mog_grid": (25, 0.95, None),
+}
+
+
+def parse_seeds(text):
+    """`5` -> seeds 0..4; `1,3` -> seeds 1 and 3."""
+    if "," not in text and text.isdigit():
+        return list(range(int(text)))
+    try:
+        return [int(s) for s in text.split(",") if s != ""]
+    except ValueError:
+        message = f"quality.py: --seeds: expected a count or a list like 0,2. Got {text!r}"
+        raise SystemExit(message) from None
+
+
+def stagegan(*args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", "stagegan", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode:
+        raise SystemExit(f"quality.py: stagegan {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def train_and_evaluate(preset, seed, folder):
+    """One run as shipped (only the seed changed), then `eval --json` on its last checkpoint."""
+    run = folder / f"{preset}-seed{seed}"
+    began = time.perf_counter()
+    stagegan("train", "--config", preset, "--set", f"seed={seed}", "--run-dir", str(run))
+    seconds = time.perf_counter() - began
+    metrics = json.loads(stagegan("eval", "--run", str(run), "--json"))["metrics"]
+    return {"preset": preset, "seed": seed, "seconds": seconds, **metrics}
+
+
+def mean_std(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3g} ± {spread:.2g}"
+
+
+def report(preset, rows):
+    lines = [f"\n{preset}: {len(rows)} seeds, 2,500 samples each"]
+    lines.append(
+        f"  {'run':<18} {'modes':>12} {'high quality %':>16} {'reverse KL':>14} {'time':>8}"
+    )
+    for row in rows:
+        kl = "-" if row["reverse_kl"] is None else f"{row['reverse_kl']:.4f}"
+        lines.append(
+            f"  {'seed ' + str(row['seed']):<18} {row['modes']:>9}/{row['modes_total']:<2} "
+            f"{100 * row['high_quality']:>16.1f} {kl:>14} {row['seconds']:>7.0f}s"
+        )
+    lines.append(
+        f"  {'stagegan (mean)':<18} {mean_std([r['modes'] for r in rows]):>12} "
+        f"{mean_std([100 * r['high_quality'] for r in rows]):>16} "
+        f"{mean_std([r['reverse_kl'] for r in rows]):>14}"
+    )
+    for name, modes, quality in PUBLISHED[preset]:
+        lines.append(f"  {name + ' (published)':<18} {modes:>12} {quality:>16} {'':>14}")
+    modes, quality, kl = TARGETS[preset]
+    met = [
+        r["modes"] >= modes
+        and r["high_quality"] >= quality
+        and (kl is None or (r["reverse_kl"] is not None and r["reverse_kl"] <= kl))
+        for r in rows
+    ]
+    target = f"{modes} modes, high quality >= {100 * quality:g}%" + (
+        f", reverse KL <= {kl:g}" if kl is not None else ""
+    )
+    lines.append(f"  target ({target}): met by {sum(met)}/{len(rows)} seeds")
+    return "\n".join(lines), all(met)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="5", help="a count (0..N-1) or a list like 0,2")
+    parser.add_argument("--presets", default="mog_ring,mog_grid")
+    parser.add_argument("--keep", help="keep the run folders here (default: a temporary folder)")
+    parser.add_argument("--json", help="also write every row to this JSON file")
+    args = parser.parse_args()
+    seeds = parse_seeds(args.seeds)
+    presets = [p for p in args.presets.split(",") if p]
+    for preset in presets:
+        if preset not in PUBLISHED:
+            raise SystemExit(f"quality.py: --presets: no published table for {preset!r}")
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(args.keep) if args.keep else Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for preset in presets:
+            for seed in seeds:
+                row = train_and_evaluate(preset, seed, folder)
+                print(
+                    f"{preset} seed {seed}: modes {row['modes']}/{row['modes_total']}, "
+                    f"high quality {100 * row['high_quality']:.1f}%, reverse KL "
+                    f"{row['reverse_kl']}, {row['seconds']:.0f}s",
+                    flush=True,
+                )
+                rows.append(row)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    verdicts = []
+    for preset in presets:
+        text, ok = report(preset, [r for r in rows if r["preset"] == preset])
+        print(text)
+        verdicts.append(ok)
+    print(f"\nall targets met: {'yes' if all(verdicts) else 'no'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Building blocks of the built-in discriminators: spectral normalisation and packing.
+
+Spectral normalisation (Miyato et al. 2018) divides a layer's kernel by an estimate of its
+largest singular value in the forward pass. Keras's own `SpectralNormalization` wrapper is not
+used: in every training call it assigns the normalised kernel into the wrapped layer's
+*trainable* kernel, so a generator update that runs the discriminator would rewrite the
+discriminator's weights. Here the kernel variable is never written; only the power iteration's
+vector `u` (non-trainable, checkpointed) is updated, in training calls, like BatchNorm
+statistics.
+
+Packing (PacGAN, Lin et al. 2018) shows the discriminator `m` samples at once, all real or all
+generated: consecutive samples of a batch are concatenated along the feature axis (the last
+axis), so a batch of B samples becomes B / m packed samples.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def pack(samples, m):
+    """Group consecutive samples into packs of `m`, concatenated along the last axis.
+
+    `[B, d]` becomes `[B/m, m*d]`; `[B, H, W, C]` becomes `[B/m, H, W, m*C]`, with sample
+    `g*m + j` in channels `j*C:(j+1)*C` of pack `g`. `B` must be divisible by `m` (the trainer
+    checks each tower's shard before the first step).
+    """
+    if m == 1:
+        return samples
+    shape = samples.shape
+    grouped = tf.reshape(samples, [-1, m, *shape[1:]])
+    if len(shape) > 2:  # move the pack axis next to the channels
+        rank = len(shape) + 1
+        grouped = tf.transpose(grouped, [0, *range(2, rank - 1), 1, rank - 1])
+    return tf.reshape(grouped, [-1, *shape[1:-1], m * shape[-1]])
+
+
+def _sigma(layer, kernel, training):
+    """The power-iteration estimate of the largest singular value of `kernel` viewed as an
+    [inputs, outputs] matrix; one iteration per training call, which also updates `layer.u`."""
+    w = tf.reshape(tf.cast(kernel, tf.float32), [-1, kernel.shape[-1]])
+    u = tf.stop_gradient(tf.convert_to_tensor(layer.u))
+    v = tf.math.l2_normalize(tf.linalg.matvec(w, u))
+    if training:
+        u = tf.stop_gradient(tf.math.l2_normalize(tf.linalg.matvec(w, v, transpose_a=True)))
+        layer.u.assign(u)
+    v = tf.stop_gradient(v)
+    return tf.tensordot(v, tf.linalg.matvec(w, u), 1)
+
+
+class _SpectralLayer(keras.layers.Layer):
+    """Shared parts: the kernel, bias and power-iteration vector `u`, and the normalised
+    kernel in the compute dtype."""
+
+    def __init__(self, units, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.activation = keras.activations.get(activation)
+
+    def _add_weights(self, kernel_shape):
+        self.kernel = self.add_weight(
+            name="kernel", shape=kernel_shape, initializer="glorot_uniform"
+        )
+        self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
+        self.u = self.add_weight(
+            name="u",
+            shape=(self.units,),
+            initializer=keras.initializers.RandomNormal(),
+            trainable=False,
+        )
+
+    def normalised_kernel(self, training):
+        sigma = _sigma(self, self.kernel.value, bool(training))
+        return tf.cast(self.kernel.value / sigma, self.compute_dtype)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": keras.activations.serialize(self.activation),
+        }
+
+
+class SpectralDense(_SpectralLayer):
+    """`Dense` with a spectrally normalised kernel."""
+
+    def build(self, input_shape):
+        self._add_weights((input_shape[-1], self.units))
+
+    def call(self, inputs, training=False):
+        kernel = self.normalised_kernel(training)
+        out = tf.matmul(inputs, kernel) + tf.cast(self.bias.value, self.compute_dtype)
+        return self.activation(out)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.units)
+
+
+class SpectralConv2D(_SpectralLayer):
+    """`Conv2D` (square kernel, "same" padding) with a spectrally normalised kernel."""
+
+    def __init__(self, filters, kernel_size, strides=1, activation=None, **kwargs):
+        super().__init__(filters, activation, **kwargs)
+        self.kernel_size = kernel_size
+        self.strides = strides
+
+    def build(self, input_shape):
+        k = self.kernel_size
+        self._add_weights((k, k, input_shape[-1], self.units))
+
+    def call(self, inputs, training=False):
+        kernel = self.normalised_kernel(training)
+        out = tf.nn.conv2d(inputs, kernel, self.strides, "SAME")
+        return self.activation(out + tf.cast(self.bias.value, self.compute_dtype))
+
+    def compute_output_shape(self, input_shape):
+        n, h, w = input_shape[:3]
+        s = self.strides
+        side = lambda x: None if x is None else -(-x // s)
+        return (n, side(h), side(w), self.units)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("units")
+        return {
+            **config,
+            "filters": self.units,
+            "kernel_size": self.kernel_size,
+            "strides": self.strides,
+        }
+
+
+def dense(units, name, spectral_norm=False, activation=None):
+    """A `Dense` layer, spectrally normalised on request."""
+    if spectral_norm:
+        return SpectralDense(units, activation=activation, name=name)
+    return keras.layers.Dense(units, activation=activation, name=name)
+
+
+def conv2d(filters, kernel_size, strides, name, spectral_norm=False):
+    """A "same"-padded `Conv2D`, spectrally normalised on request."""
+    if spectral_norm:
+        return SpectralConv2D(filters, kernel_size, strides=strides, name=name)
+    return keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", name=name)

@@ -1,0 +1,115 @@
+"""Packing and spectral normalisation (`stagegan.layers`), against numpy."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from stagegan.layers import SpectralConv2D, SpectralDense, pack
+
+
+def test_pack_points_concatenates_consecutive_samples():
+    points = np.arange(12, dtype=np.float32).reshape(6, 2)
+    packed = pack(tf.constant(points), 3).numpy()
+    expected = np.stack([np.concatenate(points[g * 3 : g * 3 + 3]) for g in range(2)])
+    np.testing.assert_array_equal(packed, expected)
+    assert packed.shape == (2, 6)
+
+
+def test_pack_images_stacks_samples_along_channels():
+    images = np.random.default_rng(0).normal(size=(6, 4, 5, 3)).astype(np.float32)
+    packed = pack(tf.constant(images), 2).numpy()
+    assert packed.shape == (3, 4, 5, 6)
+    for g in range(3):
+        for j in range(2):  # sample g*2 + j sits in channels j*3 .. j*3+2 of pack g
+            np.testing.assert_array_equal(packed[g, ..., j * 3 : j * 3 + 3], images[g * 2 + j])
+
+
+def test_pack_of_one_is_the_identity():
+    images = tf.random.normal([4, 3, 3, 1])
+    assert pack(images, 1) is images
+
+
+def _largest_singular_value(kernel):
+    matrix = kernel.reshape(-1, kernel.shape[-1])
+    return np.linalg.svd(matrix, compute_uv=False)[0]
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_spectral_norm_divides_by_the_largest_singular_value(kind):
+    keras.utils.set_random_seed(1)
+    if kind == "dense":
+        layer, x = SpectralDense(5), tf.random.normal([3, 7])
+    else:
+        layer, x = SpectralConv2D(4, 3, strides=2), tf.random.normal([2, 6, 6, 3])
+    layer(x)  # build
+    kernel = layer.kernel.numpy().copy()
+    for _ in range(50):  # the power iteration converges over training calls
+        layer(x, training=True)
+    sigma = _largest_singular_value(kernel)
+    np.testing.assert_array_equal(layer.kernel.numpy(), kernel)  # never written
+    normalised = layer.normalised_kernel(training=False).numpy()
+    np.testing.assert_allclose(normalised, kernel / sigma, rtol=1e-4)
+    np.testing.assert_allclose(_largest_singular_value(normalised), 1.0, rtol=1e-4)
+    # The output is the plain layer's with the normalised kernel.
+    if kind == "dense":
+        expected = x.numpy() @ (kernel / sigma) + layer.bias.numpy()
+    else:
+        expected = tf.nn.conv2d(x, kernel / sigma, 2, "SAME").numpy() + layer.bias.numpy()
+    np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_spectral_norm_updates_u_only_in_training_calls():
+    keras.utils.set_random_seed(2)
+    layer = SpectralDense(3)
+    x = tf.random.normal([4, 6])
+    layer(x)
+    u = layer.u.numpy().copy()
+    layer(x, training=False)
+    np.testing.assert_array_equal(layer.u.numpy(), u)
+    layer(x, training=True)
+    assert not np.allclose(layer.u.numpy(), u)
+    assert not layer.u.trainable
+    assert [v.path for v in layer.trainable_variables] == [
+        layer.kernel.path,
+        layer.bias.path,
+    ]
+
+
+def test_spectral_norm_gradient_flows_through_sigma():
+    """d(output)/d(kernel) includes the path through sigma (u and v are constants)."""
+    keras.utils.set_random_seed(3)
+    layer = SpectralDense(2)
+    x = tf.random.normal([5, 3])
+    layer(x)
+    kernel = layer.kernel.numpy().copy()
+    u = layer.u.numpy().astype(np.float64)
+
+    def reference(w):
+        v = w @ u
+        v = v / np.linalg.norm(v)
+        u1 = w.T @ v
+        u1 = u1 / np.linalg.norm(u1)
+        return v @ w @ u1
+
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(layer(x, training=True))
+    grad = tape.gradient(out, layer.kernel)
+    # Finite differences of the same function with u, v held at their values.
+    v = kernel.astype(np.float64) @ u
+    v /= np.linalg.norm(v)
+    u1 = kernel.astype(np.float64).T @ v
+    u1 /= np.linalg.norm(u1)
+    sigma = reference(kernel.astype(np.float64))
+
+    def total(w):
+        return np.sum(x.numpy().astype(np.float64) @ (w / (v @ w @ u1)))
+
+    numeric = np.zeros_like(kernel, np.float64)
+    for index in np.ndindex(kernel.shape):
+        step = np.zeros_like(kernel, np.float64)
+        step[index] = 1e-6
+        w = kernel.astype(np.float64)
+        numeric[index] = (total(w + step) - total(w - step)) / 2e-6
+    assert sigma > 0
+    np.testing.assert_allclose(grad.numpy(), numeric, rtol=1e-3, atol=1e-4)
