@@ -194,12 +194,14 @@ class Trainer:
     def trackables(self):
         """The objects a checkpoint holds, by stable names.
 
-        Every network variable is also listed at the top level under its Keras path with `:`
-        for `/` (`generator:hidden:kernel`). TensorFlow stores a variable under its shortest
-        object path, so this keeps checkpoint keys readable (`tf.train.list_variables`).
+        Every network variable, trainable or not, is also listed at the top level under its
+        Keras path with `:` for `/` (`generator:hidden:kernel`, `generator:bn0:moving_mean`).
+        TensorFlow stores a variable under its shortest object path, so this keeps checkpoint
+        keys readable (`tf.train.list_variables`).
         """
         objects = {"global_step": self.global_step}
-        objects.update({v.path.replace("/", ":"): v for v in self.variables})
+        state = self._state_variables()  # BatchNorm statistics, spectral-norm vectors
+        objects.update({v.path.replace("/", ":"): v for v in [*self.variables, *state]})
         objects.update({f"network_{scope}": net for scope, net in self.networks.items()})
         objects.update({f"optimizer_{slug(key)}": opt for key, opt in self.optimizers.items()})
         objects.update(self.rngs.trackables())

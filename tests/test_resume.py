@@ -1,8 +1,9 @@
 """Exact resume through real processes and real kills, and the pieces of resuming in process.
 
-The crash chain: one deterministic run (2 towers, 3 stages, 12 steps) is killed five times at
-chosen moments (`tests/crash_run.py`) and resumed after each; it must end bit-identical to the
-same run never interrupted, which runs beside it.
+The crash chain: one deterministic run (2 towers, 3 stages, 12 steps; a packed, spectrally
+normalised discriminator and a scheduled learning rate) is killed five times at chosen moments
+(`tests/crash_run.py`) and resumed after each; it must end bit-identical to the same run never
+interrupted, which runs beside it.
 """
 
 import json
@@ -35,6 +36,11 @@ CONFIG = [
     "ema={decay: 0.9}",
     "--set",
     "log.tensorboard=false",  # saves a trace per stage and process; purging is tested below
+    # Packing, spectral norm (its power-iteration vectors are state) and a schedule.
+    "--set",
+    "model={latent_dim: 4, hidden: 16, layers: 1, pack: 2, spectral_norm: true}",
+    "--set",
+    "optimizers.g.learning_rate={schedule: cosine, initial: 0.001, steps: 10, warmup: 2}",
 ]
 # (how, global step): in order along one run; checkpoints every 2 steps and at stage ends 3, 7, 12.
 KILLS = [
@@ -120,6 +126,7 @@ def test_killed_run_ends_bit_identical_to_uninterrupted_run(chain):
         expected, actual = tensors(reference / name), tensors(run / name)
         assert sorted(actual) == sorted(expected)
         assert len(expected) > 40  # weights, both optimizers' slots, EMA, random streams
+        assert any("discriminator:hidden0:u" in key for key in expected)  # spectral norm state
         for key, value in expected.items():
             np.testing.assert_array_equal(actual[key], value, err_msg=f"{name}: {key}")
 
