@@ -40,6 +40,16 @@ def describe_plan(trainer):
             for scope, vs in scopes.items()
         )
     )
+    options = trainer.task.model
+    pack, norm = trainer.task.pack, options.get("spectral_norm")
+    if pack > 1 or norm:
+        lines.append(
+            "discriminator: "
+            + ", ".join(
+                ([f"packs {pack} samples per input (PacGAN)"] if pack > 1 else [])
+                + (["spectral normalisation"] if norm else [])
+            )
+        )
     if config.ema is not None:
         ema = config.ema
         lines.append(

@@ -10,7 +10,7 @@ from stagegan.resources import builtin_names
 from stagegan.training import Trainer
 
 SHRINK = {
-    "mog2d": ["model={latent_dim: 2, hidden: 8, layers: 1}"],
+    "mog2d": ["model.hidden=8", "model.layers=1"],
     "completion": ["data.size=16", "data.count=8", "model={width: 4, dilations: [2]}"],
     "unconditional": ["data.count=8", "model.width=4", "model.latent_dim=4"],
 }
