@@ -8,6 +8,7 @@ to the rows of PacGAN (Lin et al. 2018, Table 2/3; means of 10 trials).
     python benchmarks/quality.py                  # both presets, seeds 0-4
     python benchmarks/quality.py --seeds 3        # seeds 0, 1, 2
     python benchmarks/quality.py --seeds 1,4 --presets mog_grid --keep runs/quality
+    python benchmarks/quality.py --presets mog_grid --set model.pack=1   # an ablation
 
 The last lines are the per-preset targets of the shipped recipes and whether every seed met
 them (ring: 8/8 modes, high quality >= 97%, reverse KL <= 0.05; grid: 25/25, >= 95%).
@@ -62,11 +63,13 @@ def stagegan(*args):
     return result.stdout
 
 
-def train_and_evaluate(preset, seed, folder):
-    """One run as shipped (only the seed changed), then `eval --json` on its last checkpoint."""
+def train_and_evaluate(preset, seed, folder, overrides=()):
+    """One run as shipped (only the seed changed, and `overrides` for an ablation), then
+    `eval --json` on its last checkpoint."""
     run = folder / f"{preset}-seed{seed}"
+    sets = [a for item in [f"seed={seed}", *overrides] for a in ("--set", item)]
     began = time.perf_counter()
-    stagegan("train", "--config", preset, "--set", f"seed={seed}", "--run-dir", str(run))
+    stagegan("train", "--config", preset, *sets, "--run-dir", str(run))
     seconds = time.perf_counter() - began
     metrics = json.loads(stagegan("eval", "--run", str(run), "--json"))["metrics"]
     return {"preset": preset, "seed": seed, "seconds": seconds, **metrics}
@@ -118,6 +121,13 @@ def main():
     parser.add_argument("--presets", default="mog_ring,mog_grid")
     parser.add_argument("--keep", help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--json", help="also write every row to this JSON file")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the presets (an ablation): passed to train as --set",
+    )
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
     presets = [p for p in args.presets.split(",") if p]
@@ -130,7 +140,7 @@ def main():
         rows = []
         for preset in presets:
             for seed in seeds:
-                row = train_and_evaluate(preset, seed, folder)
+                row = train_and_evaluate(preset, seed, folder, args.set)
                 print(
                     f"{preset} seed {seed}: modes {row['modes']}/{row['modes_total']}, "
                     f"high quality {100 * row['high_quality']:.1f}%, reverse KL "
@@ -141,6 +151,8 @@ def main():
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     verdicts = []
+    if args.set:
+        print(f"\npresets changed by: {' '.join(args.set)}")
     for preset in presets:
         text, ok = report(preset, [r for r in rows if r["preset"] == preset])
         print(text)

@@ -4,9 +4,15 @@ Spectral normalisation (Miyato et al. 2018) divides a layer's kernel by an estim
 largest singular value in the forward pass. Keras's own `SpectralNormalization` wrapper is not
 used: in every training call it assigns the normalised kernel into the wrapped layer's
 *trainable* kernel, so a generator update that runs the discriminator would rewrite the
-discriminator's weights. Here the kernel variable is never written; only the power iteration's
-vector `u` (non-trainable, checkpointed) is updated, in training calls, like BatchNorm
-statistics.
+discriminator's weights, and each tower would see a different kernel.
+
+Here the forward pass writes nothing. It runs one power iteration from the stored vector `u`
+(non-trainable, checkpointed) and divides by the resulting estimate of sigma, with `u` and `v`
+held constant for the gradient, as in the paper. `u` itself advances by one power iteration on
+the new kernel after each applied update that trains the layer (`advance_power_iterations`,
+called by the stage step). So every discriminator call of a step, on every tower and backend,
+uses the same estimate, and an update that does not train the discriminator (the generator's)
+leaves all of its state alone.
 
 Packing (PacGAN, Lin et al. 2018) shows the discriminator `m` samples at once, all real or all
 generated: consecutive samples of a batch are concatenated along the feature axis (the last
@@ -34,17 +40,12 @@ def pack(samples, m):
     return tf.reshape(grouped, [-1, *shape[1:-1], m * shape[-1]])
 
 
-def _sigma(layer, kernel, training):
-    """The power-iteration estimate of the largest singular value of `kernel` viewed as an
-    [inputs, outputs] matrix; one iteration per training call, which also updates `layer.u`."""
+def _power_iteration(kernel, u):
+    """One power iteration on `kernel` viewed as an [inputs, outputs] matrix W: returns
+    `(v, u')` with v = W u / |W u| and u' = W^T v / |W^T v|."""
     w = tf.reshape(tf.cast(kernel, tf.float32), [-1, kernel.shape[-1]])
-    u = tf.stop_gradient(tf.convert_to_tensor(layer.u))
     v = tf.math.l2_normalize(tf.linalg.matvec(w, u))
-    if training:
-        u = tf.stop_gradient(tf.math.l2_normalize(tf.linalg.matvec(w, v, transpose_a=True)))
-        layer.u.assign(u)
-    v = tf.stop_gradient(v)
-    return tf.tensordot(v, tf.linalg.matvec(w, u), 1)
+    return w, v, tf.math.l2_normalize(tf.linalg.matvec(w, v, transpose_a=True))
 
 
 class _SpectralLayer(keras.layers.Layer):
@@ -68,9 +69,18 @@ class _SpectralLayer(keras.layers.Layer):
             trainable=False,
         )
 
-    def normalised_kernel(self, training):
-        sigma = _sigma(self, self.kernel.value, bool(training))
+    def normalised_kernel(self):
+        """W / sigma, sigma = v^T W u' from one power iteration off the stored `u` (u and v
+        are constants for the gradient). Writes nothing."""
+        w, v, u = _power_iteration(self.kernel.value, tf.convert_to_tensor(self.u))
+        v, u = tf.stop_gradient(v), tf.stop_gradient(u)
+        sigma = tf.tensordot(v, tf.linalg.matvec(w, u), 1)
         return tf.cast(self.kernel.value / sigma, self.compute_dtype)
+
+    def advance_power_iteration(self):
+        """Move `u` one power iteration on, on the current kernel (after an update)."""
+        _, _, u = _power_iteration(self.kernel.value, tf.convert_to_tensor(self.u))
+        self.u.assign(u)
 
     def get_config(self):
         return {
@@ -86,8 +96,8 @@ class SpectralDense(_SpectralLayer):
     def build(self, input_shape):
         self._add_weights((input_shape[-1], self.units))
 
-    def call(self, inputs, training=False):
-        kernel = self.normalised_kernel(training)
+    def call(self, inputs):
+        kernel = self.normalised_kernel()
         out = tf.matmul(inputs, kernel) + tf.cast(self.bias.value, self.compute_dtype)
         return self.activation(out)
 
@@ -107,8 +117,8 @@ class SpectralConv2D(_SpectralLayer):
         k = self.kernel_size
         self._add_weights((k, k, input_shape[-1], self.units))
 
-    def call(self, inputs, training=False):
-        kernel = self.normalised_kernel(training)
+    def call(self, inputs):
+        kernel = self.normalised_kernel()
         out = tf.nn.conv2d(inputs, kernel, self.strides, "SAME")
         return self.activation(out + tf.cast(self.bias.value, self.compute_dtype))
 
@@ -127,6 +137,26 @@ class SpectralConv2D(_SpectralLayer):
             "kernel_size": self.kernel_size,
             "strides": self.strides,
         }
+
+
+def power_iteration_hook(networks, variables):
+    """The state update to run after applying an update that trains `variables`: one power
+    iteration for every spectrally normalised layer whose kernel is among them, or None."""
+    ids = {id(v) for v in variables}
+    layers = [
+        layer
+        for network in networks
+        for layer in network._flatten_layers()
+        if isinstance(layer, _SpectralLayer) and id(layer.kernel) in ids
+    ]
+    if not layers:
+        return None
+
+    def advance():
+        for layer in layers:
+            layer.advance_power_iteration()
+
+    return advance
 
 
 def dense(units, name, spectral_norm=False, activation=None):

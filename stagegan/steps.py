@@ -47,6 +47,9 @@ class UpdatePlan:
     optimizer: object
     shared: bool
     loss_scale: object = None  # a `precision.LossScale` under mixed precision
+    # State to update after each application, e.g. spectral norm's power iteration (see
+    # `stagegan.layers.power_iteration_hook`); None for none.
+    after_apply: object = None
 
     @property
     def terms(self):
@@ -224,7 +227,7 @@ class StageStep:
         if self.replicas is not None:
             self.replicas.apply(plan, gradients, condition)
         elif condition is None:
-            plan.optimizer.apply_gradients(gradients)
+            self._apply(plan, gradients)
         else:
             apply = lambda: self._apply(plan, gradients)
             tf.cond(condition, apply, lambda: tf.constant(False))
@@ -323,6 +326,8 @@ class StageStep:
     def _apply(self, plan, gradients):
         with tf.device(self.devices.variables):
             plan.optimizer.apply_gradients(gradients)
+            if plan.after_apply is not None:
+                plan.after_apply()
         return tf.constant(True)
 
     def _towers(self, plans, batch):

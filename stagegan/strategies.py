@@ -222,6 +222,8 @@ class StrategyReplicas:
                 lambda grads: plan.optimizer.apply_gradients(zip(grads, variables, strict=True)),
                 args=(payload,),
             )
+            if plan.after_apply is not None:
+                plan.after_apply()  # cross-replica: the same value into every copy
             return tf.constant(True)
 
         if condition is None:

@@ -21,6 +21,7 @@ from stagegan.checkpoints import CheckpointStore
 from stagegan.config import check_batch_divides
 from stagegan.ema import Ema
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost
+from stagegan.layers import power_iteration_hook
 from stagegan.optimizers import make_optimizer
 from stagegan.precision import LossScale, dtype_policy, policy_name
 from stagegan.schedule import Schedule
@@ -116,6 +117,9 @@ class Trainer:
                     optimizer=self.optimizers[update.optimizer],
                     shared=update.optimizer in config.shared,
                     loss_scale=self.loss_scales.get(update.optimizer),
+                    after_apply=power_iteration_hook(
+                        self.networks.values(), selections[update.key]
+                    ),
                 )
                 for update in stage.updates
             ]

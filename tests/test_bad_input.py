@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import yaml
 from toytask import two_stage_config
 
@@ -71,6 +72,10 @@ def place(tmp_path_factory):
         yaml.safe_dump({k: v for k, v in TOY.items() if k != "task"})
     )
     (root / "images").mkdir()
+    (root / "few").mkdir()
+    for i in range(2):
+        pixels = np.full((8, 8, 3), 100 * i, np.uint8)
+        (root / "few" / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
     (root / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     (root / "a_file").write_text("not a folder")
     (root / "out.npy").write_bytes(np.zeros(1).tobytes())
@@ -115,6 +120,42 @@ CASES = {
         ["stages[1].steps: must be at least 1"],
     ),
     "malformed --set": ([*TRAIN, *toy("batch_size")], ["--set: expected key.path=value"]),
+    "unknown learning-rate schedule": (
+        [*TRAIN, *toy("optimizers.g.learning_rate={schedule: step, initial: 0.1}")],
+        ["optimizers.g.learning_rate.schedule: must be one of constant, linear"],
+    ),
+    "schedule without its steps": (
+        [*TRAIN, *toy("optimizers.g.learning_rate={schedule: cosine, initial: 0.1}")],
+        ["optimizers.g.learning_rate.steps: required key is missing"],
+    ),
+    "NaN learning rate": (
+        [*TRAIN, *toy("optimizers.g.learning_rate=.nan")],
+        ["optimizers.g.learning_rate: must be a finite number"],
+    ),
+    "pack that does not divide a tower's shard": (
+        [*TRAIN, "--config", "mog_ring", "--set", "batch_size=6", "--set", "devices.towers=2"],
+        ["model.pack: must divide each replica's share of the batch", "= 3). Received: 2"],
+    ),
+    "pack of zero": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.pack=0"],
+        ["model.pack: must be positive"],
+    ),
+    "spectral_norm not a boolean": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.spectral_norm=sometimes"],
+        ["model.spectral_norm: must be bool", "'sometimes'"],
+    ),
+    "folder smaller than a batch": (
+        [
+            *TRAIN,
+            "--config",
+            "dcgan_folder",
+            "--set",
+            "data.path={root}/few",
+            "--set",
+            "batch_size=8",
+        ],
+        ["data.path", "has 2 images, fewer than one batch (batch_size 8)"],
+    ),
     "unknown guard policy": (
         [*TRAIN, *toy("guard.policy=sometimes")],
         ["guard.policy: must be one of"],

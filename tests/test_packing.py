@@ -150,18 +150,18 @@ def test_a_pack_must_divide_each_shard():
     assert "batch_size 16 over 4 replicas = 4" in info.value.message
 
 
-def test_spectral_norm_discriminator_keeps_its_kernels_through_a_generator_update():
+def test_a_generator_update_leaves_a_spectral_norm_discriminator_untouched():
     """Keras's SpectralNormalization would write W / sigma into the kernel in the generator's
-    update; stagegan's layers never write their kernels."""
+    update; stagegan's layers write nothing, and u moves only in the discriminator's update."""
     raw = config(spectral_norm=True).raw
     stage = raw["stages"][0]
     g_only = parse_config({**raw, "stages": [{**stage, "updates": stage["updates"][1:]}]})
     trainer = Trainer(g_only)
     discriminator = trainer.task.discriminator
-    before = {v.path: v.numpy().copy() for v in discriminator.trainable_variables}
+    before = {v.path: v.numpy().copy() for v in discriminator.variables}
     generator = {v.path: v.numpy().copy() for v in trainer.task.generator.trainable_variables}
     trainer.step(next(iter(trainer.schedule.positions())))
-    for variable in discriminator.trainable_variables:
+    for variable in discriminator.variables:  # kernels, biases and u
         np.testing.assert_array_equal(variable.numpy(), before[variable.path])
     assert any(
         not np.array_equal(v.numpy(), generator[v.path])
@@ -169,3 +169,36 @@ def test_spectral_norm_discriminator_keeps_its_kernels_through_a_generator_updat
     )
     paths = [v.path for v in discriminator.non_trainable_variables]
     assert paths == ["discriminator/hidden0/u", "discriminator/out/u"]
+
+
+def test_spectral_norm_trains_alike_on_every_backend():
+    """Every discriminator call of a step uses the same sigma, and u advances once per applied
+    discriminator update on the variable device: 4 towers and 2 mirrored replicas give the
+    weights and u of one device."""
+
+    def run(towers, strategy):
+        trainer = Trainer(config(towers, strategy, spectral_norm=True))
+        for position in trainer.schedule.positions():
+            trainer.step(position)
+        variables = [*trainer.variables, *trainer._state_variables()]
+        return {v.path: v.numpy() for v in variables}
+
+    single = run(1, "towers")
+    assert "discriminator/hidden0/u" in single
+    for towers, strategy in [(4, "towers"), (2, "mirrored")]:
+        other = run(towers, strategy)
+        assert other.keys() == single.keys()
+        for path, value in single.items():
+            np.testing.assert_allclose(other[path], value, atol=1e-5, err_msg=path)
+
+
+def test_u_advances_once_per_applied_discriminator_update():
+    trainer = Trainer(config(spectral_norm=True))
+    layer = trainer.task.discriminator.get_layer("hidden0")
+    u = layer.u.numpy().astype(np.float64)
+    position = next(iter(trainer.schedule.positions()))
+    trainer.step(position)  # D then G: u takes one power iteration on D's new kernel
+    w = layer.kernel.numpy().astype(np.float64)
+    v = w @ u
+    expected = w.T @ (v / np.linalg.norm(v))
+    np.testing.assert_allclose(layer.u.numpy(), expected / np.linalg.norm(expected), rtol=1e-5)
