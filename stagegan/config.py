@@ -487,9 +487,10 @@ def format_key_path(parts):
 def apply_overrides(raw, overrides):
     """Apply `key.path=value` overrides to a raw config (returns a new mapping).
 
-    A path that reaches into `stages` while it is still a file reference reads that file first,
-    so `--set stages[2].steps=100` works with `stages: glcic`. YAML anchors are unshared first,
-    so setting one use of an aliased mapping changes that use only.
+    A path that reaches into `stages` or `optimizers` while `stages` is still a file reference
+    reads that file first, so `--set stages[2].steps=100` works with `stages: glcic`, and
+    `--set optimizers.d.learning_rate=1e-4` reaches the file's named optimizers. YAML anchors
+    are unshared first, so setting one use of an aliased mapping changes that use only.
     """
     raw = unshare(raw)
     for item in overrides:
@@ -501,10 +502,12 @@ def apply_overrides(raw, overrides):
             value = yaml_load(value_text)
         except yaml.YAMLError:
             raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
-        if parts[0] == "stages" and len(parts) > 1 and isinstance(raw.get("stages"), str):
+        reaches = parts[0] in ("stages", "optimizers") and len(parts) > 1
+        if reaches and isinstance(raw.get("stages"), str):
             stages, file_optimizers = _read_stage_file(raw["stages"])
-            raw["stages"] = unshare(stages)
-            raw["optimizers"] = {**file_optimizers, **(raw.get("optimizers") or {})}
+            if parts[0] == "stages":
+                raw["stages"] = unshare(stages)
+            raw["optimizers"] = {**unshare(file_optimizers), **(raw.get("optimizers") or {})}
         node = raw
         for depth, part in enumerate(parts[:-1]):
             where = format_key_path(parts[: depth + 1])

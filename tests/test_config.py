@@ -155,6 +155,16 @@ def test_overrides_parse_yaml_and_reach_into_stage_files():
     assert config.checkpoint.keep == 5 and config.name == "renamed"
 
 
+def test_overrides_reach_the_optimizers_of_a_stage_file():
+    raw = base(stages="three_phase")
+    raw.pop("optimizers", None)
+    config = parse_config(apply_overrides(raw, ["optimizers.g.learning_rate=0.5"]))
+    options = config.optimizers["g"].kwargs()  # three_phase's g, with one key changed
+    assert config.optimizers["g"].type == "adam"
+    assert options == {"learning_rate": 0.5, "beta_1": 0.5}
+    assert config.raw["optimizers"]["d"] == {"type": "adam", "learning_rate": 1.0e-4, "beta_1": 0.5}
+
+
 def test_overrides_reach_into_an_absent_or_null_section():
     # `ema` defaults to null: setting one of its keys enables it with the other defaults.
     for raw in (base(), base(ema=None)):
