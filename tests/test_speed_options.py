@@ -30,6 +30,7 @@ def warm_up(devices):
     """mog2d (ring): 60 generator-only steps against a fixed D, then 60 discriminator-only."""
     overrides = [
         "batch_size=64",
+        "stages=warmup_alternating",
         "model={latent_dim: 8, hidden: 32, layers: 2}",
         "stages[0].steps=60",
         "stages[1].steps=60",
