@@ -8,6 +8,7 @@ to the rows of PacGAN (Lin et al. 2018, Table 2/3; means of 10 trials).
     python benchmarks/quality.py                  # both presets, seeds 0-4
     python benchmarks/quality.py --seeds 3        # seeds 0, 1, 2
     python benchmarks/quality.py --seeds 1,4 --presets mog_grid --keep runs/quality
+    python benchmarks/quality.py --seeds 2,      # seed 2 alone
     python benchmarks/quality.py --presets mog_grid --set model.pack=1   # an ablation
 
 The last lines are the per-preset targets of the shipped recipes and whether every seed met
@@ -39,14 +40,18 @@ TARGETS = {  # (modes, high quality at least, reverse KL at most)
 
 
 def parse_seeds(text):
-    """`5` -> seeds 0..4; `1,3` -> seeds 1 and 3."""
-    if "," not in text and text.isdigit():
-        return list(range(int(text)))
+    """`5` -> seeds 0..4 (a count); `1,3` or `2,` -> those seeds (a list)."""
     try:
-        return [int(s) for s in text.split(",") if s != ""]
+        if "," in text:
+            seeds = [int(s) for s in text.split(",") if s.strip()]
+        else:
+            seeds = list(range(int(text)))
     except ValueError:
-        message = f"quality.py: --seeds: expected a count or a list like 0,2. Got {text!r}"
-        raise SystemExit(message) from None
+        seeds = None
+    if not seeds or min(seeds) < 0:
+        message = f"quality.py: --seeds: expected a count >= 1 or a list like 0,2. Got {text!r}"
+        raise SystemExit(message)
+    return seeds
 
 
 def stagegan(*args):
@@ -75,12 +80,12 @@ def train_and_evaluate(preset, seed, folder, overrides=()):
     return {"preset": preset, "seed": seed, "seconds": seconds, **metrics}
 
 
-def mean_std(values):
+def mean_std(values, digits):
     values = [v for v in values if v is not None]
     if not values:
         return "-"
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3g} ± {spread:.2g}"
+    return f"{statistics.fmean(values):.{digits}f} ± {spread:.{digits}f}"
 
 
 def report(preset, rows):
@@ -92,15 +97,15 @@ def report(preset, rows):
         kl = "-" if row["reverse_kl"] is None else f"{row['reverse_kl']:.4f}"
         lines.append(
             f"  {'seed ' + str(row['seed']):<18} {row['modes']:>9}/{row['modes_total']:<2} "
-            f"{100 * row['high_quality']:>16.1f} {kl:>14} {row['seconds']:>7.0f}s"
+            f"{100 * row['high_quality']:>16.1f} {kl:>18} {row['seconds']:>7.0f}s"
         )
     lines.append(
-        f"  {'stagegan (mean)':<18} {mean_std([r['modes'] for r in rows]):>12} "
-        f"{mean_std([100 * r['high_quality'] for r in rows]):>16} "
-        f"{mean_std([r['reverse_kl'] for r in rows]):>14}"
+        f"  {'stagegan (mean)':<18} {mean_std([r['modes'] for r in rows], 1):>12} "
+        f"{mean_std([100 * r['high_quality'] for r in rows], 1):>16} "
+        f"{mean_std([r['reverse_kl'] for r in rows], 4):>18}"
     )
     for name, modes, quality in PUBLISHED[preset]:
-        lines.append(f"  {name + ' (published)':<18} {modes:>12} {quality:>16} {'':>14}")
+        lines.append(f"  {name + ' (published)':<18} {modes:>12} {quality:>16}")
     modes, quality, kl = TARGETS[preset]
     met = [
         r["modes"] >= modes
@@ -117,7 +122,9 @@ def report(preset, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="5", help="a count (0..N-1) or a list like 0,2")
+    parser.add_argument(
+        "--seeds", default="5", help="a count N (seeds 0..N-1) or a list like 0,2 or 3,"
+    )
     parser.add_argument("--presets", default="mog_ring,mog_grid")
     parser.add_argument("--keep", help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--json", help="also write every row to this JSON file")

@@ -83,7 +83,10 @@ class Trainer:
             self.rngs = RandomStreams(config.seed)
             self.task = make_task(config.task, options, self.rngs)
             self.task.batch_size = config.batch_size
-            self.task.check_shard(config.batch_size, len(self.devices.towers))
+            replicas = len(self.devices.towers)
+            if self.strategy is not None:  # multi_worker: the replicas of every worker
+                replicas = self.strategy.num_replicas_in_sync
+            self.task.check_shard(config.batch_size, replicas)
             mixed = config.devices.mixed_precision
             self.precision = policy_name(self.devices.towers) if mixed else None
             if self.precision == "mixed_bfloat16" and not config.devices.jit:
