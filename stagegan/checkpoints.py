@@ -62,8 +62,10 @@ class CheckpointStore:
         entries = self.entries()
         return entries[-1] if entries else None
 
-    def save(self, step, tags):
+    def save(self, step, tags, extra=None):
         """Write a checkpoint for global step `step` with `tags`; returns its path prefix.
+        `extra` (a JSON-able dict) goes into its index entry (the train loop keeps there the
+        log interval's partial means, so a resume logs as the uninterrupted run would).
 
         Raises:
             CheckpointWriteError: the files could not be written; what was written of them
@@ -78,7 +80,8 @@ class CheckpointStore:
         else:
             files = self._write(prefix)
         entries = [e for e in entries if e["step"] != step]
-        entries.append({"step": step, "prefix": prefix, "tags": sorted(tags), "files": files})
+        entry = {"step": step, "prefix": prefix, "tags": sorted(tags), "files": files}
+        entries.append({**entry, **(extra or {})})
         entries.sort(key=lambda e: e["step"])
         rotating = [e for e in entries if set(e["tags"]) <= ROTATING]
         stale = rotating[: max(0, len(rotating) - self.keep)]

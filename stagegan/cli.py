@@ -95,13 +95,20 @@ def build_parser():
     evaluate = commands.add_parser("eval", help="print a run's metrics (appended to eval.jsonl)")
     run_arguments(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    evaluate.add_argument("--count", type=int, help="samples to evaluate (default: the task's)")
+    evaluate.add_argument(
+        "--count",
+        type=int,
+        help="samples to evaluate (default: the task's; for FID 10,000 or all real images)",
+    )
     evaluate.add_argument("--seed", type=int, help="fixes the inputs (default: the run seed)")
     evaluate.add_argument(
         "--features",
-        metavar="PACKAGE.MODULE:FUNCTION",
-        help="FID/KID feature extractor: a function returning a Keras model that maps images "
-        "in [-1, 1] to features (default: InceptionV3 with ImageNet weights)",
+        metavar="SPEC",
+        help="features for FID/KID and completion's realism metric: shapes (the built-in "
+        "shapes classifier), inception (ImageNet weights, downloaded), inception:PATH (a "
+        "local InceptionV3 weights file), or package.module:function returning a Keras model "
+        "that maps images in [-1, 1] to features (default: shapes on the shapes source, "
+        "else inception)",
     )
     evaluate.set_defaults(func=cmd_eval)
     return parser
@@ -161,10 +168,11 @@ def cmd_train(args):
     if args.run_dir and chief:
         check_new_run_dir(args.run_dir)
     import_tensorflow()
-    from stagegan.training import Trainer, train
+    from stagegan.training import Trainer, check_evaluation, train
 
     trainer = Trainer(config)
     trainer.trace()
+    check_evaluation(trainer)  # before the run folder exists
     if not chief:
         return train_worker(trainer, args.run_dir)
     run_dir = create_run_dir(args.run_dir, name=config.name)
@@ -195,12 +203,13 @@ def resume_train(args):
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
     import_tensorflow()
-    from stagegan.training import Trainer, train
+    from stagegan.training import Trainer, check_evaluation, train
 
     chief = is_chief_process(plan.config, args)
     trainer = Trainer(plan.config)
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
+    check_evaluation(trainer)  # before the resume changes anything
     if not chief:
         return train_worker(trainer, plan.run_dir)
     lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
@@ -296,8 +305,8 @@ def cmd_eval(args):
 
     from stagegan.runs import check_run, evaluate_run, restore_run
 
-    if args.count is not None and args.count < 2:
-        raise ConfigError("--count", f"must be at least 2. Received: {args.count}")
+    if args.count is not None and args.count < 4:
+        raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
     from stagegan.evaluation import format_table

@@ -659,7 +659,7 @@ def _parse_eval(resolved):
         _string(features, "eval.features")
     return EvalConfig(
         every=_integer(value["every"], "eval.every", minimum=0),
-        count=None if count is None else _integer(count, "eval.count", minimum=2),
+        count=None if count is None else _integer(count, "eval.count", minimum=4),
         features=features,
     )
 

@@ -40,25 +40,54 @@ DEFAULTS = {
 # Shapes ---------------------------------------------------------------------------------------
 
 
-def draw_shapes(count, size, seed, channels=3):
+def draw_shapes(count, size, seed, channels=3, labels=False):
     """`count` images of coloured shapes, uint8 [count, size, size, channels], from `seed`.
 
     Each image has a background (a random colour with a linear gradient) and 1-3 shapes:
     circles, squares or triangles of random colour, size and position. The same seed gives
     the same images, byte for byte.
+
+    With `labels`, returns `(images, labels)`, where `labels` holds int arrays [count]:
+    `kind` (of the topmost shape that shows at least `VISIBLE` of the image: 0 circle,
+    1 square, 2 triangle, 3 none), `colour` (its colour, one bit per channel above 0.5: 0-7,
+    or 8 for none), `background` (the background's base colour, 0-7) and `shapes` (how many
+    shapes show, 0-3). These are what `stagegan.shapes_net` learns; drawing them changes no
+    image.
     """
     rng = np.random.default_rng(seed)
-    ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
-    images = np.empty((count, size, size, 3), np.float32)
     base = rng.uniform(0.0, 1.0, (count, 1, 1, 3))
     slope = rng.uniform(-0.3, 0.3, (count, 1, 1, 2))
-    images[:] = base + slope[..., :1] * xs[None, ..., None] + slope[..., 1:] * ys[None, ..., None]
+    layers = []
     for _ in range(3):
         present = rng.uniform(size=count) < 0.7
         kind = rng.integers(0, 3, count)
         cx, cy = rng.uniform(0.2, 0.8, count), rng.uniform(0.2, 0.8, count)
         radius = rng.uniform(0.12, 0.3, count)
         colour = rng.uniform(0.0, 1.0, (count, 3))
+        layers.append((present, kind, cx, cy, radius, colour))
+    images = np.empty((count, size, size, channels), np.uint8)
+    owner = np.empty((count, size, size), np.int8)  # which layer shows at each pixel
+    for start in range(0, count, SHAPES_CHUNK):  # bounded memory for large counts
+        part = slice(start, start + SHAPES_CHUNK)
+        images[part], owner[part] = _render_shapes(
+            size, channels, base[part], slope[part], [[a[part] for a in la] for la in layers]
+        )
+    if not labels:
+        return images
+    kinds = np.stack([layer[1] for layer in layers], 1)
+    colours = np.stack([layer[5] for layer in layers], 1)
+    return images, _shape_labels(owner, kinds, colours, base)
+
+
+SHAPES_CHUNK = 1000
+
+
+def _render_shapes(size, channels, base, slope, layers):
+    ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    images = base + slope[..., :1] * xs[None, ..., None] + slope[..., 1:] * ys[None, ..., None]
+    images = images.astype(np.float32)
+    owner = np.full(images.shape[:3], -1, np.int8)
+    for index, (present, kind, cx, cy, radius, colour) in enumerate(layers):
         dx = xs[None] - cx[:, None, None]
         dy = ys[None] - cy[:, None, None]
         r = radius[:, None, None]
@@ -71,10 +100,32 @@ def draw_shapes(count, size, seed, channels=3):
         )
         inside &= present[:, None, None]
         images = np.where(inside[..., None], colour[:, None, None, :], images)
+        owner[inside] = index
     images = np.clip(images, 0.0, 1.0)
     if channels == 1:
         images = images.mean(axis=-1, keepdims=True)
-    return np.round(images * 255).astype(np.uint8)
+    return np.round(images * 255).astype(np.uint8), owner
+
+
+VISIBLE = 0.03  # the share of an image a shape must show to count as present
+COLOUR_BITS = np.array([4, 2, 1])
+
+
+def _shape_labels(owner, kinds, colours, base):
+    """The labels of `draw_shapes(labels=True)` from each pixel's top layer (-1: background),
+    the layers' kinds [N, 3] and colours [N, 3, 3], and the background colours [N, 1, 1, 3]."""
+    count, pixels = len(owner), owner[0].size
+    areas = np.stack([(owner == layer).sum(axis=(1, 2)) for layer in range(3)], 1) / pixels
+    visible = areas >= VISIBLE  # [N, 3 layers]
+    top = np.where(visible, np.arange(3)[None], -1).max(axis=1)  # the last drawn visible
+    rows, layer = np.arange(count), np.maximum(top, 0)
+    colour = ((colours[rows, layer] > 0.5) * COLOUR_BITS).sum(axis=1)
+    return {
+        "kind": np.where(top >= 0, kinds[rows, layer], 3),
+        "colour": np.where(top >= 0, colour, 8),
+        "background": ((base.reshape(count, 3) > 0.5) * COLOUR_BITS).sum(axis=1),
+        "shapes": visible.sum(axis=1),
+    }
 
 
 # Loading ---------------------------------------------------------------------------------------
@@ -83,13 +134,13 @@ def draw_shapes(count, size, seed, channels=3):
 def load_images(options, seed, held_out=False):
     """All images of a source as uint8 numpy [N, H, W, C] (the in-memory sources) or None.
 
-    `held_out` asks for the evaluation split: a different seed for `shapes`, the test split
-    for keras datasets, and the same files otherwise.
+    `held_out` asks for the evaluation split: 10,000 images from a different seed for
+    `shapes`, the test split for keras datasets, and the same files otherwise.
     """
     source = options["source"]
     size, channels = options["size"], options["channels"]
     if source == "shapes":
-        count = options["count"] if not held_out else min(options["count"], 1000)
+        count = SHAPES_HELD_OUT if held_out else options["count"]
         return draw_shapes(count, size, seed + (7919 if held_out else 0), channels)
     if source == "npz":
         return _load_npz(options)
@@ -100,6 +151,7 @@ def load_images(options, seed, held_out=False):
     return None
 
 
+SHAPES_HELD_OUT = 10000  # the held-out split of `shapes`: as large as FID's usual sample count
 HELD_OUT_SOURCES = ("shapes", "mnist", "fashion_mnist", "cifar10")
 
 

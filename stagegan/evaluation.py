@@ -11,6 +11,7 @@ feature extractors for FID and KID. The maths lives in `stagegan.metrics`.
 import contextlib
 import io
 import math
+import os
 import time
 
 import numpy as np
@@ -30,12 +31,13 @@ class Evaluation:
     Args:
         trainer: a built `training.Trainer`, holding the weights to evaluate.
         run_dir: the run folder (its checkpoints give baselines), or None.
-        count: samples to evaluate; None: the task's `eval_count`.
+        count: samples to evaluate; None: the task's `default_eval_count()`.
         seed: fixes the inputs (latents, held-out images, masks), so evaluations of different
             checkpoints see the same inputs.
-        features: `package.module:function` of a feature extractor for FID/KID, or None for
-            InceptionV3 with ImageNet weights.
+        features: the feature extractor for FID/KID and completion's realism metric (see
+            `load_extractor`), or None for the source's default (`default_features`).
         features_key: the config key or flag that named `features` (for errors).
+        count_key: the config key or flag that named `count` (for errors).
         ema: sample from the EMA weights when the run keeps an EMA.
     """
 
@@ -47,20 +49,32 @@ class Evaluation:
         seed=0,
         features=None,
         features_key="--features",
+        count_key="--count",
         ema=True,
     ):
         self.trainer = trainer
         self.task = trainer.task
         self.run_dir = run_dir
-        self.count = count or self.task.eval_count
+        self._count = count
+        self.count_key = count_key
         self.seed = seed
-        self.features_path = features
+        self.features_named = features is not None
+        data = getattr(self.task, "data", None) or {}
+        self.features_spec = features or (default_features(data) if "source" in data else None)
         self.features_key = features_key
         self.ema = ema and trainer.ema is not None
         self._extractor = None
 
+    @property
+    def count(self):
+        if self._count is None:
+            default = getattr(self.task, "default_eval_count", None)
+            self._count = default() if default else getattr(self.task, "eval_count", 1000)
+        return self._count
+
     def run(self):
         """Evaluate; returns `{"step", "ema", "count", "seconds", "metrics"}`."""
+        self.check()
         start = time.perf_counter()
         values = self.task.evaluate(self)
         return {
@@ -72,10 +86,18 @@ class Evaluation:
         }
 
     def check(self):
-        """Load what the evaluation will need up front (feature extractors), so a problem
-        shows before training starts."""
-        if getattr(self.task, "needs_features", False):
+        """Load what the evaluation will need up front (feature extractors, enough real
+        images), so a problem shows before training starts or a run folder exists."""
+        if self.uses_features:
             self._load_extractor()
+        check = getattr(self.task, "check_eval_count", None)
+        if check is not None:
+            check(self.count, self.count_key)
+
+    @property
+    def uses_features(self):
+        uses = getattr(self.task, "uses_features", None)
+        return bool(uses and uses(self))
 
     # Helpers for tasks ------------------------------------------------------------------------
 
@@ -108,6 +130,10 @@ class Evaluation:
                 return store.path_of(entry)
         return None
 
+    def stage_end_step(self, stage):
+        """The global step at which `stage` ends."""
+        return self.trainer.schedule.stage_end(self.trainer.config.stages.index(stage))
+
     @contextlib.contextmanager
     def weights_from(self, path):
         """Within the block the networks (and EMA) hold the weights of checkpoint `path`;
@@ -138,7 +164,7 @@ class Evaluation:
 
     def fid_kid(self, task):
         """FID and KID between `count` generated images and `count` real ones."""
-        real, held_out = task.reference_images(self.count, self.seed)
+        real, held_out = task.reference_images(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
         real_features, fake_features = self.features(real), self.features(fake)
@@ -148,54 +174,101 @@ class Evaluation:
         return {
             "count": self.count,
             "held_out": held_out,
-            "features": self.features_path or "InceptionV3 (ImageNet)",
+            "features": self.features_name,
             "fid": metrics.frechet_distance(real_features, fake_features),
             "kid": kid,
             "kid_std": kid_std,
         }
 
+    @property
+    def features_name(self):
+        return describe_features(self.features_spec)
+
     def _load_extractor(self):
         if self._extractor is None:
-            self._extractor = load_extractor(self.features_path, self.features_key)
+            self._extractor = load_extractor(self.features_spec, self.features_key)
         return self._extractor
 
 
-def load_extractor(path, key):
+SHAPES = "shapes"
+INCEPTION = "inception"
+
+
+def default_features(options):
+    """The feature extractor `eval` uses when none is named: the shapes classifier for the
+    built-in `shapes` source (offline, see `stagegan.shapes_net`), InceptionV3 otherwise."""
+    return SHAPES if options["source"] == "shapes" else INCEPTION
+
+
+def describe_features(spec):
+    if spec == SHAPES:
+        return "shapes_net"
+    if spec == INCEPTION:
+        return "InceptionV3 (ImageNet)"
+    if spec.startswith(INCEPTION + ":"):
+        return f"InceptionV3 ({spec[len(INCEPTION) + 1 :]})"
+    return spec
+
+
+def load_extractor(spec, key):
     """A callable images [N, S, S, C] in [-1, 1] -> features.
 
-    `path` names a function returning a `keras.Model` (or any callable) that takes images in
-    [-1, 1] at the run's size; None means InceptionV3 with ImageNet weights (images resized to
-    299x299, grey repeated to RGB, average-pooled 2048-d features).
+    `spec` is one of:
+        shapes                   the shapes classifier's 128-d features (`stagegan.shapes_net`)
+        inception                InceptionV3 with ImageNet weights (downloaded once by Keras)
+        inception:PATH           InceptionV3 with the weights file at PATH (an offline copy
+                                 of Keras's `..._notop.h5`, or a full model's `.h5`)
+        package.module:function  a function returning a `keras.Model` (or any callable) that
+                                 takes images in [-1, 1] at the run's size
+    InceptionV3 sees images resized to 299x299, grey repeated to RGB, and gives 2048-d
+    average-pooled features.
 
     Raises:
-        ConfigError: on `key` when the path does not load, or when InceptionV3's weights
-            cannot be loaded (offline).
+        ConfigError: on `key` when the extractor does not load.
     """
-    if path is not None:
-        from stagegan.tasks import load_object
+    if spec == SHAPES:
+        from stagegan import shapes_net
 
-        builder = load_object(path, key)
-        model = builder()
-        if not callable(model):
-            raise ConfigError(key, f"{path} returned {type(model).__name__}, not a callable")
-        return lambda images: model(tf.constant(images, tf.float32), training=False)
+        return shapes_net.extractor()
+    if spec == INCEPTION or spec.startswith(INCEPTION + ":"):
+        return _inception(spec[len(INCEPTION) + 1 :] or None, key)
+    from stagegan.tasks import load_object
+
+    builder = load_object(spec, key)
+    model = builder()
+    if not callable(model):
+        raise ConfigError(key, f"{spec} returned {type(model).__name__}, not a callable")
+    return lambda images: model(tf.constant(images, tf.float32), training=False)
+
+
+def _inception(path, key):
     import keras
 
+    hint = (
+        f"set {key} to inception:/path/to/inception_v3_weights_tf_dim_ordering_tf_kernels_"
+        "notop.h5 (a local copy), or to package.module:function naming a Keras feature "
+        "extractor that maps images in [-1, 1] to features"
+    )
+    if key == "eval.features":
+        hint += ", or turn evaluation off with eval: null"
+    if path is not None and not os.path.isfile(path):
+        raise ConfigError(key, f"no weights file {path}; {hint}")
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # keras prints "Downloading ..."
             model = keras.applications.InceptionV3(
                 include_top=False,
                 pooling="avg",
-                weights="imagenet",
+                weights=path or "imagenet",
                 input_shape=(INCEPTION_SIDE, INCEPTION_SIDE, 3),
             )
-    except Exception:  # noqa: BLE001 - offline, blocked or corrupt download: one message
-        raise ConfigError(
-            key,
-            "FID/KID need InceptionV3's ImageNet weights, which could not be loaded "
-            "(offline?); pass --features package.module:function naming any Keras feature "
-            "extractor that maps images in [-1, 1] to features",
-        ) from None
+    except Exception as e:  # noqa: BLE001 - offline, blocked or corrupt download: one message
+        what = (
+            f"{path} does not hold InceptionV3 weights ({type(e).__name__})"
+            if path
+            else "FID/KID need InceptionV3's ImageNet weights, which could not be downloaded "
+            "(offline?)"
+        )
+        raise ConfigError(key, f"{what}; {hint}") from None
 
     def extract(images):
         images = tf.constant(images, tf.float32)

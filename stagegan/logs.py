@@ -2,8 +2,8 @@
 
 * `RunLog` appends one JSON object per logged step to `RUN/metrics.jsonl` and mirrors the
   scalars, sample pictures and histograms into TensorBoard event files (`RUN/tensorboard/`).
-* `Progress` draws a `keras.utils.Progbar` per stage when stdout is a terminal, and writes
-  plain log lines otherwise.
+* `Progress` draws a progress bar per stage when stdout is a terminal, and writes plain log
+  lines otherwise.
 * `plot_losses` draws `RUN/plots/losses.png` from `metrics.jsonl`.
 """
 
@@ -135,37 +135,66 @@ def read_metrics(path):
 
 
 def format_duration(seconds):
+    """h:mm:ss (`--:--:--` while unknown)."""
+    if not math.isfinite(seconds):
+        return "--:--:--"
     seconds = int(round(max(seconds, 0)))
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def format_rate(per_second):
+    """Examples per second with digits that mean something: 105,500 / 523 / 12.3 / 0.42."""
+    if not math.isfinite(per_second):
+        return "-"
+    if per_second >= 100:
+        return f"{per_second:,.0f}"
+    return f"{per_second:.1f}" if per_second >= 10 else f"{per_second:.2f}"
+
+
+def format_number(value):
+    """A logged value in 4 significant digits."""
+    return f"{value:.4g}"
+
+
+BAR_WIDTH = 24
+BAR_INTERVAL = 0.1  # seconds between redraws
 
 
 class Progress:
     """The console view of training: a progress bar per stage, or plain log lines.
 
+    The bar is one line per stage, redrawn in place at most every `BAR_INTERVAL` seconds:
+
+        [joint] 340/1100 [======>.................] 0:00:12 left, run 0:02:31 | 1,234 ex/s |
+            generator/g_adversarial 0.6931 ...
+
     Args:
         schedule: the run's `Schedule`.
         mode: "bar", "lines" or "auto" (a bar when stdout is a terminal).
         start_step: the global step the run starts from (for the run ETA).
+        stream: where the bar goes (stdout).
     """
 
-    def __init__(self, schedule, mode, start_step):
+    def __init__(self, schedule, mode, start_step, stream=None):
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "lines"
         self.mode = mode
         self.schedule = schedule
         self.start_step = start_step
         self.started = time.perf_counter()
-        self.bar = None
+        self.stream = stream or sys.stdout
+        self.values, self.rate, self.drawn = {}, float("nan"), 0.0
+
+    def pace(self, done):
+        """Seconds per step since this process started (NaN before the first step)."""
+        steps = done - self.start_step
+        return (time.perf_counter() - self.started) / steps if steps > 0 else float("nan")
 
     def run_eta(self, done):
         """Seconds left in the run, from the average pace since this process started."""
-        elapsed = time.perf_counter() - self.started
-        steps = done - self.start_step
-        if steps <= 0:
-            return float("nan")
-        return elapsed / steps * (self.schedule.total_steps - done)
+        return self.pace(done) * (self.schedule.total_steps - done)
 
     def stage_started(self, position, resumed=False):
         stage = self.schedule.stages[position.stage_index]
@@ -179,12 +208,7 @@ class Progress:
             f" (from step {position.stage_step})" if resumed else "",
             ", ".join(u.name for u in stage.updates),
         )
-        if self.mode == "bar":
-            from keras.utils import Progbar
-
-            self.bar = Progbar(stage.steps, unit_name="step")
-            if position.stage_step:
-                self.bar.update(position.stage_step)
+        self.values, self.drawn = {}, 0.0
 
     def step(self, position, done, values=None, examples_per_sec=None):
         """After stage step `position` (global steps completed: `done`); `values` on log steps."""
@@ -192,28 +216,46 @@ class Progress:
             if values is not None:
                 self._line(position, done, values, examples_per_sec)
             return
-        shown = None
         if values is not None:
-            shown = [(k, v) for k, v in values.items() if not k.endswith("grad_norm")]
-            shown.append(("ex/s", examples_per_sec))
-            shown.append(("run ETA s", self.run_eta(done)))
-            self.bar.stateful_metrics.update(k for k, _ in shown)  # show values, not means
-        self.bar.update(position.stage_step + 1, values=shown, finalize=None)
+            self.values = {k: v for k, v in values.items() if not k.endswith("grad_norm")}
+            self.rate = examples_per_sec
+        stage = self.schedule.stages[position.stage_index]
+        finished = position.stage_step + 1 == stage.steps
+        now = time.perf_counter()
+        if finished or values is not None or now - self.drawn >= BAR_INTERVAL:
+            self.drawn = now
+            end = "\n" if finished else ""
+            self.stream.write("\r" + self.bar_text(position, done) + end)
+            self.stream.flush()
+
+    def bar_text(self, position, done):
+        stage = self.schedule.stages[position.stage_index]
+        current = position.stage_step + 1
+        filled = int(BAR_WIDTH * current / stage.steps)
+        bar = "=" * filled + (">" if filled < BAR_WIDTH else "") + "." * (BAR_WIDTH - filled - 1)
+        left = self.pace(done) * (stage.steps - current)
+        values = " ".join(
+            f"{k} {format_number(v)}" for k, v in self.values.items() if math.isfinite(v)
+        )
+        return (
+            f"[{stage.name}] {current}/{stage.steps} [{bar[:BAR_WIDTH]}] "
+            f"{format_duration(left)} left, run {format_duration(self.run_eta(done))} | "
+            f"{format_rate(self.rate)} ex/s | {values}"
+        )
 
     def _line(self, position, done, values, examples_per_sec):
         stage = self.schedule.stages[position.stage_index]
-        pace = (time.perf_counter() - self.started) / max(done - self.start_step, 1)
-        stage_left = pace * (stage.steps - position.stage_step - 1)
-        text = " ".join(f"{k}={v:.4f}" for k, v in values.items() if math.isfinite(v))
+        stage_left = self.pace(done) * (stage.steps - position.stage_step - 1)
+        text = " ".join(f"{k}={format_number(v)}" for k, v in values.items() if math.isfinite(v))
         log.info(
-            "[%s] step %d/%d (stage %d/%d) %s | %.0f ex/s | ETA stage %s, run %s",
+            "[%s] step %d/%d (stage %d/%d) %s | %s ex/s | ETA stage %s, run %s",
             stage.name,
             done,
             self.schedule.total_steps,
             position.stage_step + 1,
             stage.steps,
             text,
-            examples_per_sec,
+            format_rate(examples_per_sec),
             format_duration(stage_left),
             format_duration(self.run_eta(done)),
         )
@@ -258,28 +300,42 @@ def smooth(values, weight):
     return out
 
 
-def plot_losses(records, stages, path):
+def plot_losses(records, stages, path, total_steps=None):
     """Draw the loss curves of `records` (from metrics.jsonl) into the PNG `path`.
 
-    One panel per loss value; the smoothed curve solid, the raw values faint behind; every
-    stage boundary a dashed vertical line labelled with the name of the stage it starts.
+    One panel per loss value, all on one x axis (global steps 0 to `total_steps`, or to the
+    last record); the smoothed curve solid, the raw values faint behind; every stage boundary
+    a dashed vertical line, labelled at the top with the name of the stage it starts. Labels
+    that would overlap (short stages) move down a row.
 
     Args:
         records: metrics records.
         stages: `[(name, first global step)]`, in order.
         path: the PNG to write (atomically).
+        total_steps: the right end of the x axis (the run's length).
     """
+    figure = loss_figure(records, stages, total_steps)
+    tmp = f"{path}.tmp.png"
+    figure.savefig(tmp, dpi=PLOT_DPI, format="png")
+    os.replace(tmp, path)
+    return path
+
+
+def loss_figure(records, stages, total_steps=None):
+    """The matplotlib `Figure` that `plot_losses` saves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     names = loss_names(records)
     width, height = plot_size(len(names))
     figure = Figure(figsize=(width / PLOT_DPI, height / PLOT_DPI), dpi=PLOT_DPI)
-    FigureCanvasAgg(figure)
+    canvas = FigureCanvasAgg(figure)
     rows = max(1, math.ceil(len(names) / PLOT_COLUMNS))
     if not names:
         figure.text(0.5, 0.5, "no losses logged yet", ha="center", va="center")
     weight = 0.9 if len(records) > 50 else 0.6
+    right = total_steps or max([r["step"] for r in records] + [1])
+    panels = []
     for index, name in enumerate(names):
         axes = figure.add_subplot(rows, PLOT_COLUMNS, index + 1)
         points = [(r["step"], r.get(name)) for r in records if r.get(name) is not None]
@@ -287,27 +343,46 @@ def plot_losses(records, stages, path):
         values = [p[1] for p in points]
         axes.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=0.8)
         axes.plot(steps, smooth(values, weight), color="tab:blue", linewidth=1.5)
-        for stage_index, (stage, first) in enumerate(stages):
+        for stage_index, (_, first) in enumerate(stages):
             if stage_index:
                 axes.axvline(first, color="grey", linestyle="--", linewidth=0.8)
-            axes.text(  # vertical labels, staggered so that short stages stay readable
+        axes.set_title(name, fontsize=9)
+        axes.tick_params(labelsize=7)
+        axes.set_xlabel("global step", fontsize=7)
+        axes.set_xlim(0, right)
+        panels.append(axes)
+    figure.tight_layout()
+    renderer = canvas.get_renderer()
+    for axes in panels:
+        label_stages(axes, stages, renderer)
+    return figure
+
+
+LABEL_ROW = 0.09  # axes fraction between rows of stage labels
+
+
+def label_stages(axes, stages, renderer):
+    """Stage names at the top of `axes`, each starting at its stage's first step; a label
+    that would overlap one already placed moves down a row. Returns the labels' boxes."""
+    placed = []
+    for name, first in stages:
+        y = 0.98
+        while True:
+            text = axes.text(
                 first,
-                0.98 if stage_index % 2 == 0 else 0.5,
-                f" {stage}",
+                y,
+                f" {name}",
                 transform=axes.get_xaxis_transform(),
-                rotation=90,
                 fontsize=7,
                 va="top",
                 ha="left",
                 color="dimgrey",
+                clip_on=False,
             )
-        axes.set_title(name, fontsize=9)
-        axes.tick_params(labelsize=7)
-        axes.set_xlabel("global step", fontsize=7)
-        if len(stages) and stages[-1][1] is not None:
-            axes.set_xlim(left=0)
-    figure.tight_layout()
-    tmp = f"{path}.tmp.png"
-    figure.savefig(tmp, dpi=PLOT_DPI, format="png")
-    os.replace(tmp, path)
-    return path
+            box = text.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed) or y < 0.1:
+                break
+            text.remove()
+            y -= LABEL_ROW
+        placed.append(box)
+    return placed

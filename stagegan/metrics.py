@@ -167,16 +167,18 @@ def polynomial_mmd(a, b):
 
 def kernel_inception_distance(features_a, features_b, subsets=10, subset_size=1000, seed=0):
     """KID (Binkowski et al. 2018): the mean unbiased polynomial-kernel MMD^2 over random
-    subsets (drawn without replacement, `seed`-determined) of min(`subset_size`, N) points.
+    subsets (drawn without replacement, `seed`-determined) of min(`subset_size`, N / 2)
+    points, N the smaller set's size: at most half of each set, so the subsets differ and
+    their spread says something.
 
     Returns:
         `(mean, standard deviation)` over the subsets.
     """
     a = np.asarray(features_a, np.float64)
     b = np.asarray(features_b, np.float64)
-    size = min(subset_size, len(a), len(b))
+    size = min(subset_size, len(a) // 2, len(b) // 2)
     if size < 2:
-        raise ValueError("KID needs at least 2 samples per set")
+        raise ValueError("KID needs at least 4 samples per set")
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(subsets):

@@ -53,11 +53,54 @@ def image_grid(images, columns=None):
     return tile([list(tiles[i : i + columns]) for i in range(0, count, columns)])
 
 
+MIN_BLOCK_ROWS = 8  # image_rows: rows per block before blocks go side by side
+
+
 def image_rows(columns):
     """Rows of side-by-side images: `columns` is a list of [N, S, S, C] arrays in [-1, 1]; row
-    i shows image i of each column."""
+    i shows image i of each column.
+
+    Many rows are laid out in blocks side by side, so the picture stays roughly square: each
+    block holds max(8, ceil(sqrt(N x columns))) rows, blocks are separated by a wider gap.
+    """
     tiles = [enlarge(to_uint8(c)) for c in columns]
-    return tile([[c[i] for c in tiles] for i in range(len(tiles[0]))])
+    count = len(tiles[0])
+    per_block = max(MIN_BLOCK_ROWS, math.ceil(math.sqrt(count * len(tiles))))
+    blocks = [
+        tile([[c[i] for c in tiles] for i in range(start, min(start + per_block, count))])
+        for start in range(0, count, per_block)
+    ]
+    if len(blocks) == 1:
+        return blocks[0]
+    height = blocks[0].shape[0]
+    spacer = np.full((height, 4 * GAP, 3), 255, np.uint8)
+    padded = []
+    for block in blocks:
+        if block.shape[0] < height:  # the last block may be shorter
+            block = np.concatenate(
+                [block, np.full((height - block.shape[0], *block.shape[1:]), 255, np.uint8)]
+            )
+        padded += [block, spacer]
+    return np.concatenate(padded[:-1], axis=1)
+
+
+TITLE_HEIGHT = 18  # pixels
+
+
+def with_title(picture, text):
+    """`picture` [H, W, 3] with a white strip above it holding `text` (left-aligned)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    dpi = 100
+    width = picture.shape[1]
+    figure = Figure(figsize=(width / dpi, TITLE_HEIGHT / dpi), dpi=dpi, facecolor="white")
+    canvas = FigureCanvasAgg(figure)
+    figure.text(6 / width, 0.5, text, fontsize=8, va="center", ha="left", color="black")
+    canvas.draw()
+    strip = np.asarray(canvas.buffer_rgba())[..., :3]
+    strip = strip[:TITLE_HEIGHT, :width]
+    return np.concatenate([strip, picture], axis=0)
 
 
 def scatter(points, centres, limit, size_px=400, title=None):

@@ -39,14 +39,16 @@ RESUME_LOG = "resume.jsonl"
 SAFE = (
     re.compile(r"optimizers\.[^.\[\]]+\.learning_rate(\.\w+)?"),
     re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate(\.\w+)?"),
-    re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every|eval\.every)"),
+    re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every)"),
+    # Evaluation reads the weights and writes only its own records.
+    re.compile(r"eval(\.\w+)?"),
     # Where the run computes: the global batch and its draws do not depend on it.
     re.compile(r"devices\.(towers(\[\d+\])?|variables|strategy|jit)"),
 )
 STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
 SAFE_TEXT = (
     "learning rates, the steps of stages not yet reached, and log.every, log.histograms, "
-    "samples.every, checkpoint.every, eval.every, and devices (but for mixed_precision)"
+    "samples.every, checkpoint.every, eval (any of it), and devices (but for mixed_precision)"
 )
 # Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
 STEP_LOGS = ("metrics.jsonl", "guard.jsonl", "samples/manifest.jsonl")
@@ -159,7 +161,9 @@ def check_changes(old, new, step):
                 )
         elif not any(pattern.fullmatch(key) for pattern in SAFE):
             raise ConfigError(key, f"cannot change on resume (safe to change: {SAFE_TEXT})")
-        elif isinstance(before, dict) != isinstance(after, dict):
+        elif key.split(".")[-1] == "learning_rate" and isinstance(before, dict) != isinstance(
+            after, dict
+        ):
             raise ConfigError(
                 key,
                 "cannot change on resume between a number and a schedule (change the "

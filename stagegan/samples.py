@@ -87,6 +87,8 @@ class SampleDumper:
         """Sample, write the PNG and its manifest line; returns `(path, picture)`."""
         outputs = self.trainer.sample_outputs(self.inputs, ema=self.ema)
         picture = self.trainer.task.picture(self.inputs, outputs, self.info)
+        ema = ", EMA" if self.ema else ""
+        picture = pictures.with_title(picture, f"step {step:,}, stage {stage_name}{ema}")
         name = f"step{step:08d}-{stage_slug(stage_name)}.png"
         path = pictures.write_png(picture, self.folder / name)
         record = {

@@ -7,11 +7,12 @@ train(trainer, run_dir)                      # the loop: steps, logs, checkpoint
 
 import contextlib
 import logging
+import math
 import re
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import keras
 import numpy as np
@@ -413,14 +414,42 @@ def slug(key):
 
 @dataclass
 class _Meter:
-    """Throughput since the last log line."""
+    """Throughput and metrics since the last log line."""
 
     start: float
     steps: int = 0
     examples: int = 0
+    pending: list = field(default_factory=list)  # each step's metric tensors
+    carried: dict = field(default_factory=dict)  # {name: [sum, count]} from before a resume
 
     def rate(self, now):
         return self.examples / max(now - self.start, 1e-9)
+
+    def state(self):
+        """`{name: [sum, count]}` over the interval so far, counting the steps in which the
+        name's update ran (an update that did not run reports NaN: `every`, an alternation),
+        and `[value, -1]` for learning rates (their last value)."""
+        out = {name: list(value) for name, value in self.carried.items()}
+        for metrics in self.pending:
+            for name, tensor in metrics.items():
+                value = float(tensor)
+                if name.endswith("/learning_rate"):
+                    out[name] = [value, -1]
+                elif not math.isnan(value):
+                    total, count = out.get(name, [0.0, 0])
+                    out[name] = [total + value, count + 1]
+                else:
+                    out.setdefault(name, [0.0, 0])
+        self.carried, self.pending = out, []
+        return out
+
+    def means(self):
+        """Each metric's mean over the interval (NaN where its update ran in none of its
+        steps); learning rates at the last step."""
+        return {
+            name: total if count < 0 else (total / count if count else float("nan"))
+            for name, (total, count) in self.state().items()
+        }
 
 
 def train(trainer, run_dir, stop_after=None, run_name=None):
@@ -491,8 +520,32 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         ) from None
 
 
-def _train(trainer, run_dir, store, signals, stop_after):
+def check_evaluation(trainer):
+    """The run's in-training `Evaluation` (None without `eval`), with what it needs loaded:
+    feature extractors that cannot load, or an `eval.count` larger than the real images,
+    fail here, before a run folder exists, not in an hour. Kept on the trainer."""
     from stagegan.evaluation import Evaluation
+
+    config = trainer.config
+    if config.eval is None:
+        return None
+    evaluation = getattr(trainer, "evaluation", None)
+    if evaluation is None:
+        evaluation = Evaluation(
+            trainer,
+            None,
+            count=config.eval.count,
+            seed=config.seed,
+            features=config.eval.features,
+            features_key="eval.features",
+            count_key="eval.count",
+        )
+        evaluation.check()
+        trainer.evaluation = evaluation
+    return evaluation
+
+
+def _train(trainer, run_dir, store, signals, stop_after):
     from stagegan.logs import (
         Progress,
         RunLog,
@@ -506,17 +559,9 @@ def _train(trainer, run_dir, store, signals, stop_after):
     config = trainer.config
     schedule = trainer.schedule
     start = trainer.step_count
-    evaluation = None
-    if config.eval is not None:
-        evaluation = Evaluation(
-            trainer,
-            run_dir,
-            count=config.eval.count,
-            seed=config.seed,
-            features=config.eval.features,
-            features_key="eval.features",
-        )
-        evaluation.check()  # e.g. FID features that cannot load: fail now, not in an hour
+    evaluation = check_evaluation(trainer)
+    if evaluation is not None:
+        evaluation.run_dir = run_dir
     if config.log.tensorboard and start == 0 and not (run_dir / "tensorboard").exists():
         tensorboard_session_start(run_dir / "tensorboard", 0)  # see `resume.commit`
     runlog = RunLog(run_dir, config.log.tensorboard)
@@ -527,6 +572,10 @@ def _train(trainer, run_dir, store, signals, stop_after):
     ]
     began = time.perf_counter()
     meter = _Meter(began)
+    # A resumed run goes on with the log interval it was in (see CheckpointStore.save).
+    entry = next((e for e in store.entries() if e["step"] == start), None)
+    if entry is not None and start % config.log.every:
+        meter.carried = {k: list(v) for k, v in entry.get("log_pending", {}).items()}
     last = {}
     try:
         for position in schedule.positions(start):
@@ -546,13 +595,14 @@ def _train(trainer, run_dir, store, signals, stop_after):
                 trainer.guard.events.clear()
             names = [k for k in metrics if k.startswith("gradients/")]
             gradients = {k: metrics.pop(k) for k in names}
+            meter.pending.append(metrics)
             meter.steps += 1
             meter.examples += (
                 trainer.stage_steps[index].batches_per_step(position.stage_step) * config.batch_size
             )
             if done % config.log.every == 0 or stage_done:
                 now = time.perf_counter()
-                last = {k: float(v) for k, v in metrics.items()}
+                last = meter.means()
                 rate = meter.rate(now)
                 record = {
                     "step": done,
@@ -593,7 +643,7 @@ def _train(trainer, run_dir, store, signals, stop_after):
                         f"non-finite values in {', '.join(bad[:3])}"
                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}"
                     )
-                path = store.save(done, tags)
+                path = store.save(done, tags, {"log_pending": meter.state()})
                 if stage_done:
                     log.info("checkpoint %s (%s)", path, ", ".join(tags))
             if signals.received:
@@ -614,7 +664,12 @@ def _train(trainer, run_dir, store, signals, stop_after):
             if stage_done:
                 plots = run_dir / "plots"
                 plots.mkdir(exist_ok=True)
-                plot_losses(read_metrics(runlog.path), boundaries, plots / "losses.png")
+                plot_losses(
+                    read_metrics(runlog.path),
+                    boundaries,
+                    plots / "losses.png",
+                    total_steps=schedule.total_steps,
+                )
             if stop_after is not None and done - start >= stop_after:
                 break
     finally:

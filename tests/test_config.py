@@ -90,7 +90,7 @@ def test_run_config_optimizers_override_stage_file_ones():
         ({"log": {"tensorboard": "yes"}}, "log.tensorboard", "true or false"),
         ({"samples": {"every": 1, "size": 4}}, "samples.size", "unknown key"),
         ({"samples": {"count": 0}}, "samples.count", "at least 1"),
-        ({"eval": {"count": 1}}, "eval.count", "at least 2"),
+        ({"eval": {"count": 3}}, "eval.count", "at least 4"),
         ({"eval": {"features": 3}}, "eval.features", "non-empty string"),
         ({"eval": [1]}, "eval", "mapping"),
         ({"stages": "nope"}, "stages", "no such stage file"),

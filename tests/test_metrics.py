@@ -90,21 +90,39 @@ def test_fid_of_one_dimensional_gaussians_by_hand():
 
 def test_kid_matches_a_brute_force_double_loop():
     rng = np.random.default_rng(3)
-    a = rng.normal(size=(6, 3))
-    b = rng.normal(0.5, 1.0, size=(5, 3))
+    a = rng.normal(size=(12, 3))
+    b = rng.normal(0.5, 1.0, size=(10, 3))
     k = lambda u, v: (np.dot(u, v) / 3 + 1) ** 3
-    m, n = len(a), len(b)
-    size = 5  # one subset: 5 of a's 6 rows, and all of b's (permuted)
-    mean, std = metrics.kernel_inception_distance(a, b, subsets=1, subset_size=size, seed=0)
+    size = 5  # one subset: 5 of a's 12 rows and 5 of b's 10 (at most half of each)
+    mean, std = metrics.kernel_inception_distance(a, b, subsets=1, subset_size=50, seed=0)
     rng = np.random.default_rng(0)  # the same draws, in the same order
-    sub = a[rng.choice(m, size, replace=False)]
-    perm = b[rng.choice(n, size, replace=False)]
-    xx = sum(k(sub[i], sub[j]) for i in range(size) for j in range(size) if i != j)
-    xx /= size * (size - 1)
-    yy = sum(k(perm[i], perm[j]) for i in range(n) for j in range(n) if i != j) / (n * (n - 1))
-    xy = sum(k(sub[i], perm[j]) for i in range(size) for j in range(n)) / (size * n)
+    x = a[rng.choice(len(a), size, replace=False)]
+    y = b[rng.choice(len(b), size, replace=False)]
+    pairs = [(i, j) for i in range(size) for j in range(size)]
+    xx = sum(k(x[i], x[j]) for i, j in pairs if i != j) / (size * (size - 1))
+    yy = sum(k(y[i], y[j]) for i, j in pairs if i != j) / (size * (size - 1))
+    xy = sum(k(x[i], y[j]) for i, j in pairs) / size**2
     assert mean == pytest.approx(xx + yy - 2 * xy, rel=1e-9)
     assert std == 0.0
+
+
+def test_kid_subsets_are_smaller_than_the_sets_so_they_differ_and_the_std_means_something():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(1000, 4)), rng.normal(0.2, 1.0, size=(1000, 4))
+    # At the default subset size of 1000 and 1000 samples, every subset used to be the whole
+    # set, and the std over subsets was exactly 0.
+    mean, std = metrics.kernel_inception_distance(a, b, subsets=10, seed=1)
+    assert std > 0
+    rng = np.random.default_rng(1)
+    draws = [
+        (rng.choice(1000, 500, replace=False), rng.choice(1000, 500, replace=False))
+        for _ in range(10)
+    ]
+    assert len({tuple(sorted(i)) for i, _ in draws}) == 10  # ten different real subsets
+    values = [metrics.polynomial_mmd(a[i], b[j]) for i, j in draws]
+    assert (mean, std) == pytest.approx((np.mean(values), np.std(values)), rel=1e-9)
+    with pytest.raises(ValueError, match="at least 4"):
+        metrics.kernel_inception_distance(a[:3], b[:3])
 
 
 def test_kid_is_near_zero_for_one_distribution_and_large_for_shifted():

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from stagegan.config import parse_config
+from stagegan.pictures import TITLE_HEIGHT
 from stagegan.samples import SampleDumper, load_inputs
 from stagegan.tasks.base import NOISE_STREAM, make_generator
 from stagegan.training import Trainer, train
@@ -80,7 +81,8 @@ def test_manifest_lists_every_dump_with_step_stage_seed_and_ema(run):
     ]
     for record in records:
         assert record["seed"] == SEED and record["ema"] is False and record["count"] == 16
-        assert png_size(run_dir / "samples" / record["file"]) == (400, 400)  # a scatter
+        # A scatter under its title strip.
+        assert png_size(run_dir / "samples" / record["file"]) == (400, 400 + TITLE_HEIGHT)
     assert records[-1]["file"] == "step00000007-joint.png"
 
 
@@ -171,7 +173,7 @@ def test_progress_bar_mode_shows_stage_steps_and_losses(tmp_path, capsys):
     trainer = Trainer(config(log={"every": 1, "progress": "bar"}, samples=None))
     train(trainer, tmp_path)
     out = capsys.readouterr().out
-    assert "3/3" in out and "generator/g_loss" in out and "run ETA s" in out
+    assert "[joint] 3/3" in out and "generator/g_loss" in out and "left, run 0:00:0" in out
     assert not (tmp_path / "samples").exists()
 
 

@@ -9,6 +9,8 @@ import pytest
 from clihelp import TINY, assert_user_error, stagegan
 from test_outputs import png_size
 
+from stagegan import metrics
+
 
 def inprocess(*args):
     """`stagegan ARGS` run in this process (no TensorFlow import to pay): where a test needs
@@ -65,7 +67,9 @@ def mog(tmp_path_factory):
 @pytest.fixture(scope="module")
 def completion(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("completion") / "run"
-    result = stagegan("train", "--run-dir", str(run_dir), *COMPLETION)
+    result = stagegan(
+        "train", "--config", "completion_quick", "--run-dir", str(run_dir), *COMPLETION
+    )
     assert result.returncode == 0, result.stderr
     return run_dir
 
@@ -197,8 +201,18 @@ def test_completion_eval_by_hand_with_both_baselines(completion):
     assert report["mean_fill/l1"] == pytest.approx(np.abs(fill - truth)[hole].mean(), rel=1e-5)
     completed = (trainer.sample({"x": inputs["x"], "mask": mask}).numpy() + 1) / 2
     assert report["l1"] == pytest.approx(np.abs(completed - truth)[hole].mean(), rel=1e-5)
-    for key in ("psnr", "ssim", "reconstruction_only/l1", "reconstruction_only/psnr"):
+    for key in ("psnr", "ssim", "reconstruction_stage_end/l1", "reconstruction_stage_end/psnr"):
         assert np.isfinite(report[key])
+    # Realism: the Fréchet distance of the completed images to the same images whole, in the
+    # shapes classifier's features (the default on `shapes`).
+    from stagegan import shapes_net
+
+    extract = lambda images: np.asarray(shapes_net.extractor()(images))
+    fid = metrics.frechet_distance(extract(inputs["x"]), extract(completed * 2 - 1))
+    assert report["features"] == "shapes_net"
+    assert report["fid"] == pytest.approx(fid, rel=1e-3, abs=1e-6)
+    assert report["mean_fill/fid"] > 0
+    assert report["reconstruction_stage_end/step"] == 2
     # The baseline is the stage-1 checkpoint: evaluating that checkpoint directly agrees.
     at_stage_1 = inprocess(
         "eval",
@@ -213,22 +227,62 @@ def test_completion_eval_by_hand_with_both_baselines(completion):
         "--json",
     )
     direct = json.loads(at_stage_1.stdout)["metrics"]
-    assert report["reconstruction_only/l1"] == pytest.approx(direct["l1"], rel=1e-6)
+    assert report["reconstruction_stage_end/l1"] == pytest.approx(direct["l1"], rel=1e-6)
 
 
-def test_fid_kid_offline_says_so_and_custom_features_work(tmp_path):
-    run_dir = tmp_path / "run"
-    shrink = ["data.count=64", "model.width=4", "model.latent_dim=4", "batch_size=8",
-              "stages[0].steps=2", "samples=null"]  # fmt: skip
-    sets = [arg for item in shrink for arg in ("--set", item)]
-    result = inprocess("train", "--config", "wgan_gp_shapes", "--run-dir", str(run_dir), *sets)
+WGAN_SHRINK = ["data.count=64", "model.width=4", "model.latent_dim=4", "batch_size=8",
+               "stages[0].steps=2", "samples=null"]  # fmt: skip
+DEAD_PROXY = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
+
+
+def shrunk(*items):
+    return [arg for item in (*WGAN_SHRINK, *items) for arg in ("--set", item)]
+
+
+@pytest.fixture(scope="module")
+def wgan(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("wgan") / "run"
+    result = inprocess("train", "--config", "wgan_gp_shapes", "--run-dir", str(run_dir), *shrunk())
     assert result.returncode == 0, result.stderr
-    # No network for the ImageNet weights (a dead proxy makes sure, even where there is one).
-    dead = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
-    result = stagegan("eval", "--run", str(run_dir), "--count", "20", env=dead)
-    assert_user_error(result, "--features", "InceptionV3", "offline")
+    return run_dir
+
+
+def test_fid_kid_on_shapes_default_to_the_shapes_features_and_all_held_out_images(wgan):
+    from stagegan import metrics, shapes_net
+    from stagegan.runs import restore_run
+
+    result = inprocess("eval", "--run", str(wgan), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["metrics"]
+    # FID's usual 10,000 samples: the whole held-out split of `shapes`, said in the output.
+    assert report["count"] == 10000 and report["features"] == "shapes_net"
+    assert report["held_out"] is True and report["kid_std"] > 0
+    # By hand: the same real and generated images through the shipped classifier.
+    trainer, _ = restore_run(wgan)
+    real, _ = trainer.task.reference_images(10000, trainer.config.seed)
+    inputs, _ = trainer.task.sample_inputs(10000, trainer.config.seed)
+    fake = trainer.sample({"z": inputs["z"]}).numpy()
+    extract = shapes_net.extractor()
+    fid = metrics.frechet_distance(np.asarray(extract(real)), np.asarray(extract(fake)))
+    assert report["fid"] == pytest.approx(fid, rel=1e-4)
+
+
+def test_a_count_beyond_the_held_out_split_is_refused_naming_its_size(wgan):
+    result = inprocess("eval", "--run", str(wgan), "--count", "10001")
+    assert_user_error(result, "--count", "10001", "held-out split", "10000")
+
+
+def test_inception_offline_or_missing_weights_say_so_and_custom_features_work(wgan):
+    result = stagegan(
+        "eval", "--run", str(wgan), "--count", "20", "--features", "inception", env=DEAD_PROXY
+    )
+    assert_user_error(result, "--features", "InceptionV3", "offline", "inception:")
     result = inprocess(
-        "eval", "--run", str(run_dir), "--count", "20", "--json",
+        "eval", "--run", str(wgan), "--count", "20", "--features", "inception:/no/such.h5"
+    )
+    assert_user_error(result, "--features", "no weights file /no/such.h5")
+    result = inprocess(
+        "eval", "--run", str(wgan), "--count", "20", "--json",
         "--features", "custom_networks:mean_colour_features",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -236,3 +290,34 @@ def test_fid_kid_offline_says_so_and_custom_features_work(tmp_path):
     assert report["features"] == "custom_networks:mean_colour_features"
     assert report["count"] == 20 and report["held_out"] is True
     assert report["fid"] > 0 and np.isfinite(report["kid"]) and report["kid_std"] >= 0
+
+
+def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path):
+    # Offline Inception features: one line naming eval.features, with hints that work in a
+    # config (not the eval command's --features), and no run folder, no used-up number.
+    result = stagegan(
+        "train", "--config", "wgan_gp_shapes", *shrunk("eval={every: 0, features: inception}"),
+        cwd=tmp_path, env=DEAD_PROXY,
+    )  # fmt: skip
+    assert_user_error(result, "eval.features", "eval: null", "inception:")
+    assert "--features" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    result = inprocess(
+        "train", "--config", "wgan_gp_shapes", "--run-dir", str(tmp_path / "run"),
+        *shrunk("eval={every: 0, count: 20000}"),
+    )  # fmt: skip
+    assert_user_error(result, "eval.count", "20000", "10000")
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_settings_may_change_on_resume(tmp_path):
+    from stagegan.config import load_config
+    from stagegan.resume import check_changes
+
+    old = load_config("wgan_gp_shapes", ["eval={every: 100}"])
+    for change in ("eval=null", "eval.count=500", "eval.features=inception", "eval.every=0"):
+        new = load_config("wgan_gp_shapes", ["eval={every: 100}", change])
+        assert check_changes(old, new, step=50), change
+    new = load_config("wgan_gp_shapes", ["eval={every: 100}", "batch_size=32"])
+    with pytest.raises(Exception, match="cannot change on resume"):
+        check_changes(old, new, step=50)

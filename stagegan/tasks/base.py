@@ -140,8 +140,21 @@ class Task:
     eval_count = 1000  # samples an evaluation uses unless told otherwise
     sample_count = 16  # samples in a training dump unless told otherwise
 
-    def sample_inputs(self, count, seed):
-        """Inputs for `count` samples, fixed by `seed` alone: `({name: array}, info)`.
+    def default_eval_count(self):
+        """Samples an evaluation uses unless told otherwise."""
+        return self.eval_count
+
+    def uses_features(self, evaluation):
+        """Whether `evaluate` needs `evaluation.features()` (then loaded before training)."""
+        return False
+
+    def check_eval_count(self, count, key):
+        """Raise `ConfigError(key)` when an evaluation cannot use `count` samples."""
+
+    def sample_inputs(self, count, seed, key="--num"):
+        """Inputs for `count` samples, fixed by `seed` alone: `({name: array}, info)`; `key`
+        names the count in errors (a task built on real images has only so many; `eval`
+        passes its own key, `sample` the default).
 
         The default draws `random_inputs(count)` from a fresh noise stream of `seed`, leaving
         the run's own stream untouched. `info` is a small JSON-able dict (e.g. whether the
@@ -234,16 +247,43 @@ class ImageTask(Task):
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
 
-    def reference_images(self, count, seed):
+    def reference_images(self, count, seed, key="count"):
         """`count` real images in [-1, 1] for samples and metrics: `(images, held_out)`.
 
         Held-out images where the source has a held-out split, else training images; chosen
-        by `seed` alone, without replacement while there are enough.
+        by `seed` alone, without replacement.
+
+        Raises:
+            ConfigError: on `key` when the split has fewer than `count` images.
         """
-        images, held_out = reference_images(self.data, self.rngs.seed, count)
-        rng = np.random.default_rng(seed)
-        index = rng.choice(len(images), count, replace=count > len(images))
+        images, held_out = self.reference_pool(count, key)
+        index = np.random.default_rng(seed).choice(len(images), count, replace=False)
         return images[index].astype(np.float32) / 127.5 - 1.0, held_out
+
+    def load_pool(self, count):
+        """All uint8 images `reference_images` chooses from (for a streamed source, its first
+        `count`) and whether they are held out; loaded once."""
+        cached = getattr(self, "_reference", None)
+        if cached is None or (cached[2] and len(cached[0]) < count):
+            images, held_out = reference_images(self.data, self.rngs.seed, count)
+            streamed = self.data["source"] == "tfrecord"
+            cached = self._reference = (images, held_out, streamed)
+        return cached[:2]
+
+    def reference_pool(self, count, key="count"):
+        """`load_pool(count)`, refused (`ConfigError` on `key`) when it has fewer images."""
+        images, held_out = self.load_pool(count)
+        if count > len(images):
+            split = (
+                f"the held-out split of data.source {self.data['source']} has {len(images)}"
+                if held_out
+                else f"data.source {self.data['source']} has {len(images)}"
+            )
+            raise ConfigError(key, f"asks for {count} real images, but {split}")
+        return images, held_out
+
+    def check_eval_count(self, count, key):
+        self.reference_pool(count, key)
 
     def real_batch(self, batch_size):
         return {"x": self.source.batch(batch_size, self.rngs.data)}

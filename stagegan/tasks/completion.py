@@ -37,6 +37,8 @@ RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 class Completion(ImageTask):
     name = "completion"
     loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial", "r1")
+    generator_adversarial_terms = ("g_adversarial",)  # what benchmarks/ablation.py removes
+    realism_metric = "fid"  # lower is better
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
         "model": {
@@ -132,13 +134,13 @@ class Completion(ImageTask):
 
     # Samples and evaluation -------------------------------------------------------------------
 
-    eval_count = 256
+    eval_count = 1000
     sample_count = 8  # rows
     reconstruction_terms = frozenset({"reconstruction", "reconstruction_l1"})
 
-    def sample_inputs(self, count, seed):
+    def sample_inputs(self, count, seed, key="--num"):
         """Real images (held out where the source has a split) with holes, fixed by `seed`."""
-        images, held_out = self.reference_images(count, seed)
+        images, held_out = self.reference_images(count, seed, key)
         return self.inputs_for_images(images, seed), {"held_out": held_out}
 
     def inputs_for_images(self, images, seed):
@@ -164,15 +166,39 @@ class Completion(ImageTask):
             columns.insert(0, x)
         return pictures.image_rows(columns)
 
+    def uses_features(self, evaluation):
+        """The realism metric needs features: the shapes classifier on `shapes`, or the ones
+        `eval.features` names; on other sources without them, it is left out."""
+        return evaluation.features_named or self.data["source"] == "shapes"
+
     def evaluate(self, evaluation):
-        """L1, PSNR and SSIM in the holes of held-out images (values in [0, 1]), with two
-        baselines computed in the same run: the mean colour of the known pixels filled in,
-        and the generator at the end of the reconstruction-only stage."""
-        inputs, info = self.sample_inputs(evaluation.count, evaluation.seed)
+        """Errors and realism of completions of held-out images (values in [0, 1]).
+
+        * `l1`, `psnr`, `ssim`: per-pixel errors in the holes;
+        * `fid`: the Fréchet distance between the features of the completed images and of
+          the same images whole (0 for a perfect completion; a blurred or implausible fill
+          raises it), on `evaluation.features()` (`features` names them);
+        * `mean_fill/*`: the same for the mean colour of the known pixels filled in;
+        * `reconstruction_stage_end/*`: the same for this run's generator as it was at the end
+          of its last reconstruction-only stage (an earlier checkpoint, after fewer steps:
+          not an ablation of the adversarial loss, which `benchmarks/ablation.py` is).
+        """
+        inputs, info = self.sample_inputs(evaluation.count, evaluation.seed, evaluation.count_key)
         x, mask = inputs["x"], inputs["mask"]
         truth = (x + 1.0) / 2.0
-        score = lambda completed: metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
+        realism = evaluation.uses_features
+        real_features = evaluation.features(x) if realism else None
+
+        def score(completed):
+            values = metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
+            if realism:
+                fake_features = evaluation.features(completed)
+                values["fid"] = metrics.frechet_distance(real_features, fake_features)
+            return values
+
         result = {"held_out": bool(info["held_out"]), "count": len(x)}
+        if realism:
+            result["features"] = evaluation.features_name
         result.update(score(evaluation.sample_outputs(inputs)["samples"]))
         known = 1.0 - mask
         mean_colour = (x * known).sum(axis=(1, 2), keepdims=True) / known.sum(
@@ -185,7 +211,9 @@ class Completion(ImageTask):
         if path is not None:
             with evaluation.weights_from(path):
                 baseline = evaluation.sample_outputs(inputs)["samples"]
-            result.update({f"reconstruction_only/{k}": v for k, v in score(baseline).items()})
+            prefix = "reconstruction_stage_end"
+            result[f"{prefix}/step"] = evaluation.stage_end_step(stage)
+            result.update({f"{prefix}/{k}": v for k, v in score(baseline).items()})
         return result
 
 

@@ -63,6 +63,8 @@ def discriminator(task):
 class Mog2D(Task):
     name = "mog2d"
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
+    generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
+    realism_metric = "reverse_kl"  # lower is better
     defaults = {
         "data": {"layout": "ring", "std": None},
         "model": {

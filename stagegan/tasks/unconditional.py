@@ -26,6 +26,8 @@ UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 class Unconditional(ImageTask):
     name = "unconditional"
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
+    generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
+    realism_metric = "fid"  # lower is better
     defaults = {
         "data": dict(DATA_DEFAULTS),
         "model": {
@@ -73,7 +75,13 @@ class Unconditional(ImageTask):
     def sample(self, inputs):
         return float32(self.generator(inputs["z"], training=False))
 
-    needs_features = True  # FID/KID: Evaluation.check loads the extractor before training
+    fid_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
+
+    def default_eval_count(self):
+        return min(self.fid_count, len(self.load_pool(self.fid_count)[0]))
+
+    def uses_features(self, evaluation):
+        return True  # FID/KID: Evaluation.check loads the extractor before training
 
     def evaluate(self, evaluation):
         """FID and KID between generated and real images (held out where the source has a

@@ -1,0 +1,123 @@
+"""What a user reads while a run trains: interval means in metrics.jsonl, the progress bar's
+numbers, the loss plot's axes and stage labels, titled sample pictures, and completion
+pictures laid out in columns."""
+
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from test_outputs import config
+
+from stagegan import pictures
+from stagegan.logs import (
+    Progress,
+    format_duration,
+    format_rate,
+    loss_figure,
+)
+from stagegan.schedule import Position, Schedule
+from stagegan.training import Trainer, train
+
+
+def records(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines)}
+
+
+@pytest.fixture(scope="module")
+def every_step(tmp_path_factory):
+    """The toy run with a record at every step: each step's own losses."""
+    run_dir = tmp_path_factory.mktemp("every1")
+    train(Trainer(config(log={"every": 1, "progress": "lines"}, samples=None)), run_dir)
+    return records(run_dir)
+
+
+def test_logged_losses_are_means_over_the_log_interval(every_step, tmp_path):
+    train(Trainer(config(log={"every": 3, "progress": "lines"}, samples=None)), tmp_path)
+    logged = records(tmp_path)
+    # Records at 2 (g_only's end: steps 1-2), 3 (d_only's first step alone: the interval
+    # restarts at each record), 4 (d_only's end), 6 (joint steps 5-6) and 7 (step 7).
+    assert sorted(logged) == [2, 3, 4, 6, 7]
+    spans = {2: (1, 2), 3: (3,), 4: (4,), 6: (5, 6), 7: (7,)}
+    for step, steps in spans.items():
+        for name in ("generator/g_loss", "discriminator/d_loss", "generator/grad_norm"):
+            values = [every_step[s][name] for s in steps if name in every_step[s]]
+            if not values:
+                continue
+            assert logged[step][name] == pytest.approx(np.mean(values), rel=1e-6), (step, name)
+    # The steps differ, so a single step's value would not pass.
+    assert every_step[1]["generator/g_loss"] != every_step[2]["generator/g_loss"]
+
+
+def test_durations_are_h_mm_ss_and_rates_have_sensible_digits():
+    assert format_duration(0.0) == "0:00:00"
+    assert format_duration(310.4) == "0:05:10"
+    assert format_duration(3723) == "1:02:03"
+    assert format_duration(float("nan")) == "--:--:--"
+    assert format_rate(105500.0273) == "105,500"
+    assert format_rate(523.4) == "523"
+    assert format_rate(12.345) == "12.3"
+    assert format_rate(0.4234) == "0.42"
+
+
+def test_progress_bar_shows_eta_as_h_mm_ss_and_plain_rates():
+    schedule = Schedule(config().stages)
+    stream = io.StringIO()
+    progress = Progress(schedule, "bar", 0, stream=stream)
+    progress.stage_started(Position(0, 0, 0))
+    progress.step(Position(0, 0, 0), 1, {"generator/g_loss": 0.69314718}, 105500.0273)
+    progress.step(Position(1, 0, 1), 2)
+    text = stream.getvalue()
+    assert "[g_only] 2/2" in text and text.endswith("\n")
+    assert "105,500 ex/s" in text and "generator/g_loss 0.6931" in text
+    assert "e+0" not in text and "e-0" not in text
+    left = [part for part in text.split() if part.count(":") == 2]
+    assert left and all(len(p.split(":")[1]) == 2 for p in left)
+
+
+def stage_boxes(figure):
+    """Each panel's stage-label boxes, in display pixels."""
+    renderer = figure.canvas.get_renderer()
+    return [
+        [t.get_window_extent(renderer) for t in axes.texts if t.get_text().strip()]
+        for axes in figure.axes
+    ]
+
+
+def test_loss_panels_share_the_run_axis_and_stage_labels_do_not_overlap():
+    records = [
+        {"step": s, "generator/g_loss": 1.0 / s, **({"discriminator/d_loss": 0.5} if s > 3 else {})}
+        for s in range(1, 1001)
+    ]
+    stages = [("completion", 0), ("discriminator", 2), ("joint", 4), ("polish", 600)]
+    figure = loss_figure(records, stages, total_steps=1200)
+    assert len(figure.axes) == 2
+    assert all(axes.get_xlim() == (0, 1200) for axes in figure.axes)
+    for boxes in stage_boxes(figure):
+        assert len(boxes) == 4
+        for i, a in enumerate(boxes):
+            assert not any(a.overlaps(b) for b in boxes[i + 1 :])
+
+
+def test_sample_pictures_carry_a_title_strip():
+    picture = np.zeros((40, 120, 3), np.uint8)
+    titled = pictures.with_title(picture, "step 1,200, stage joint")
+    assert titled.shape == (40 + pictures.TITLE_HEIGHT, 120, 3)
+    np.testing.assert_array_equal(titled[pictures.TITLE_HEIGHT :], picture)
+    strip = titled[: pictures.TITLE_HEIGHT]
+    assert (strip < 128).any() and (strip > 250).mean() > 0.5  # dark text on white
+
+
+def test_many_completion_rows_are_laid_out_in_columns():
+    rows = np.zeros((100, 16, 16, 3), np.float32)
+    picture = pictures.image_rows([rows, rows, rows, rows])
+    height, width = picture.shape[:2]
+    assert 0.5 < width / height < 2.0  # not one 100-row column
+    tile = 64 + pictures.GAP  # 16 px enlarged to 64
+    per_block = math.ceil(math.sqrt(100 * 4))
+    assert height == per_block * tile - pictures.GAP
+    # A few rows keep the single column of rows.
+    few = pictures.image_rows([rows[:8]] * 4)
+    assert few.shape[:2] == (8 * tile - pictures.GAP, 4 * tile - pictures.GAP)
