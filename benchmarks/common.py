@@ -2,7 +2,10 @@
 
 import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -84,3 +87,23 @@ def stage_runner(trainer, index=0):
 
     position = Position(index, index, 0)
     return lambda: trainer.step(position)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stagegan(*args):
+    """Run `python -m stagegan ARGS` from the repository root; its stdout, or exit with its
+    stderr when it fails."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", "stagegan", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode:
+        name = Path(sys.argv[0]).name
+        raise SystemExit(f"{name}: stagegan {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout

@@ -1,7 +1,7 @@
 """What the NaN/Inf guard costs per step: the same stage timed with `guard.policy: skip` and
 with `off`, in one process, interleaved, on this machine.
 
-    python benchmarks/guard_cost.py                 # the default config's joint stage
+    python benchmarks/guard_cost.py                 # the default config's last stage
     python benchmarks/guard_cost.py --config mog_ring --stage 2 --steps 200
 
 Prints the median step time of each and their ratio (skip / off). The guard adds, per update
