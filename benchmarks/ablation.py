@@ -20,7 +20,9 @@ uses; mog2d: `reverse_kl`), lower is better.
 
 import argparse
 import copy
+import fnmatch
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +44,7 @@ def ablated(raw, task_class):
         for j, update in enumerate(stage["updates"]):
             train = update["train"] if isinstance(update["train"], list) else [update["train"]]
             loss = update["loss"] if isinstance(update["loss"], dict) else {update["loss"]: 1.0}
-            if any(p.startswith("generator/") for p in train):
+            if any(fnmatch.fnmatchcase("generator/kernel", p) for p in train):
                 for term in sorted(terms & set(loss)):
                     removed.append(f"stages[{i}].updates[{j}].loss.{term}")
                 loss = {k: v for k, v in loss.items() if k not in terms}
@@ -108,10 +110,19 @@ def main():
     args = parser.parse_args()
 
     from stagegan.config import load_config
+    from stagegan.errors import ConfigError
     from stagegan.tasks import BUILTIN, load_object
 
     overrides = list(args.set) + ([f"seed={args.seed}"] if args.seed is not None else [])
-    config = load_config(args.config, overrides)
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as e:
+        raise SystemExit(f"ablation.py: {e.key}: {e.message}") from None
+    if args.config and os.path.isfile(args.config):  # its own modules, as train would find them
+        folder = os.path.dirname(os.path.abspath(args.config))
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (folder, os.environ.get("PYTHONPATH")) if p
+        )
     if config.task not in BUILTIN:
         raise SystemExit(f"ablation.py: only built-in tasks ({', '.join(BUILTIN)})")
     task_class = load_object(BUILTIN[config.task], "task")
@@ -121,7 +132,7 @@ def main():
     print(f"config: {args.config or 'default'}, seed {config.seed}, {config.total_steps} steps")
     print(f"without: removed {', '.join(removed)}", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(args.keep) if args.keep else Path(scratch)
+        folder = Path(args.keep).resolve() if args.keep else Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
         rows = {}
         for name, variant in (("with", raw), ("without", without_raw)):

@@ -172,7 +172,8 @@ def cmd_train(args):
 
     trainer = Trainer(config)
     trainer.trace()
-    check_evaluation(trainer)  # before the run folder exists
+    if chief:
+        check_evaluation(trainer)  # before the run folder exists
     if not chief:
         return train_worker(trainer, args.run_dir)
     run_dir = create_run_dir(args.run_dir, name=config.name)
@@ -209,7 +210,8 @@ def resume_train(args):
     trainer = Trainer(plan.config)
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
-    check_evaluation(trainer)  # before the resume changes anything
+    if chief:
+        check_evaluation(trainer)  # before the resume changes anything
     if not chief:
         return train_worker(trainer, plan.run_dir)
     lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training

@@ -364,6 +364,8 @@ def parse_config(raw):
     file_optimizers = {}
     if isinstance(raw["stages"], str):
         raw["stages"], file_optimizers = _read_stage_file(raw["stages"])
+    _check_finite(raw)
+    _check_finite(file_optimizers, ("optimizers",))
     resolved = {}
     for key, default in TOP_LEVEL_DEFAULTS.items():
         value = raw.get(key, copy.deepcopy(default))
@@ -475,6 +477,19 @@ def unshare(value):
     if isinstance(value, list):
         return [unshare(item) for item in value]
     return copy.deepcopy(value)
+
+
+def _check_finite(value, parts=()):
+    """Refuse NaN and Inf anywhere in a raw config (`.nan`, `.inf` in YAML), naming the key:
+    no option of stagegan takes one, and one that slipped through would fail far from here."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, (*parts, index))
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(format_key_path(parts), f"must be a finite number. Received: {value}")
 
 
 def format_key_path(parts):

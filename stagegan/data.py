@@ -195,8 +195,17 @@ def _fit(images, size, channels, key):
     if images.dtype != np.uint8:
         if not np.issubdtype(images.dtype, np.floating):
             raise ConfigError(key, f"images must be uint8 or float in [0, 1]; got {images.dtype}")
+        finite = np.isfinite(images)
+        if not finite.all():
+            first = int(np.argmin(finite.reshape(len(images), -1).all(axis=1)))
+            raise ConfigError(
+                key,
+                f"float images hold {int((~finite).sum())} NaN or Inf values (the first in "
+                f"image {first}); pixels must be finite, in [0, 1]",
+            )
         if images.min() < 0 or images.max() > 1:
-            raise ConfigError(key, "float images must lie in [0, 1]")
+            low, high = float(images.min()), float(images.max())
+            raise ConfigError(key, f"float images must lie in [0, 1]; found {low:g} to {high:g}")
         images = np.round(images * 255).astype(np.uint8)
     if images.shape[-1] not in (1, 3, 4):
         raise ConfigError(key, f"images must have 1, 3 or 4 channels; got {images.shape[-1]}")

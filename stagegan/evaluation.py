@@ -60,7 +60,7 @@ class Evaluation:
         self.seed = seed
         self.features_named = features is not None
         data = getattr(self.task, "data", None) or {}
-        self.features_spec = features or (default_features(data) if "source" in data else None)
+        self.features_spec = features or (default_features(data) if "source" in data else INCEPTION)
         self.features_key = features_key
         self.ema = ema and trainer.ema is not None
         self._extractor = None
@@ -217,7 +217,7 @@ def load_extractor(spec, key):
         shapes                   the shapes classifier's 128-d features (`stagegan.shapes_net`)
         inception                InceptionV3 with ImageNet weights (downloaded once by Keras)
         inception:PATH           InceptionV3 with the weights file at PATH (an offline copy
-                                 of Keras's `..._notop.h5`, or a full model's `.h5`)
+                                 of Keras's `..._notop.h5`)
         package.module:function  a function returning a `keras.Model` (or any callable) that
                                  takes images in [-1, 1] at the run's size
     InceptionV3 sees images resized to 299x299, grey repeated to RGB, and gives 2048-d

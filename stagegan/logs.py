@@ -341,8 +341,11 @@ def loss_figure(records, stages, total_steps=None):
         points = [(r["step"], r.get(name)) for r in records if r.get(name) is not None]
         steps = np.array([p[0] for p in points])
         values = [p[1] for p in points]
-        axes.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=0.8)
-        axes.plot(steps, smooth(values, weight), color="tab:blue", linewidth=1.5)
+        if name.endswith("/learning_rate"):  # a schedule: drawn as it is, not smoothed
+            axes.plot(steps, values, color="tab:blue", linewidth=1.5)
+        else:
+            axes.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=0.8)
+            axes.plot(steps, smooth(values, weight), color="tab:blue", linewidth=1.5)
         for stage_index, (_, first) in enumerate(stages):
             if stage_index:
                 axes.axvline(first, color="grey", linestyle="--", linewidth=0.8)

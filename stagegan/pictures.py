@@ -98,8 +98,9 @@ def with_title(picture, text):
     canvas = FigureCanvasAgg(figure)
     figure.text(6 / width, 0.5, text, fontsize=8, va="center", ha="left", color="black")
     canvas.draw()
-    strip = np.asarray(canvas.buffer_rgba())[..., :3]
-    strip = strip[:TITLE_HEIGHT, :width]
+    drawn = np.asarray(canvas.buffer_rgba())[:TITLE_HEIGHT, :width, :3]
+    strip = np.full((TITLE_HEIGHT, width, 3), 255, np.uint8)  # matplotlib may round 1 px off
+    strip[: drawn.shape[0], : drawn.shape[1]] = drawn
     return np.concatenate([strip, picture], axis=0)
 
 

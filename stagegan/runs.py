@@ -162,6 +162,8 @@ def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=N
     from stagegan.evaluation import Evaluation
     from stagegan.logs import append_jsonl
 
+    if features is None and trainer.config.eval is not None:  # the run's own, if it named some
+        features = trainer.config.eval.features
     evaluation = Evaluation(
         trainer,
         Path(run_dir),

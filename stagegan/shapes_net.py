@@ -4,9 +4,9 @@ FID's InceptionV3 needs ImageNet weights (a download, so nothing offline) and kn
 32-pixel shapes. This network is trained on what the shapes source itself knows about each
 image (`stagegan.data.draw_shapes(labels=True)`): the kind and colour of its topmost shape,
 the colour of its background and how many shapes show. The Fréchet distance between the
-penultimate-layer features of two image sets (`fd_shapes` in `eval`) then measures how
-shape-like one set looks next to the other, the way FID does with Inception features and
-FID on MNIST does with a LeNet.
+penultimate-layer features of two image sets (`fid` in `eval`, with `features: shapes_net`)
+then measures how shape-like one set looks next to the other, the way FID does with Inception
+features and FID on MNIST does with a LeNet.
 
 The weights ship with the package (`shapes_net.npz`, about 0.4 MB). `python -m
 stagegan.shapes_net` trains them again from seed 0 in about 6 minutes on 2 CPU cores and prints

@@ -428,13 +428,15 @@ class _Meter:
     def state(self):
         """`{name: [sum, count]}` over the interval so far, counting the steps in which the
         name's update ran (an update that did not run reports NaN: `every`, an alternation),
-        and `[value, -1]` for learning rates (their last value)."""
+        and `[value, -1]` for learning rates (their last value where their update ran). A
+        step the NaN guard skipped reports NaN too, and is left out (`guard.jsonl` has it)."""
         out = {name: list(value) for name, value in self.carried.items()}
         for metrics in self.pending:
             for name, tensor in metrics.items():
                 value = float(tensor)
                 if name.endswith("/learning_rate"):
-                    out[name] = [value, -1]
+                    if not math.isnan(value) or name not in out:
+                        out[name] = [value, -1]
                 elif not math.isnan(value):
                     total, count = out.get(name, [0.0, 0])
                     out[name] = [total + value, count + 1]

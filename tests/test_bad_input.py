@@ -128,6 +128,14 @@ CASES = {
         [*TRAIN, *toy("optimizers.g.learning_rate={schedule: cosine, initial: 0.1}")],
         ["optimizers.g.learning_rate.steps: required key is missing"],
     ),
+    "Inf in a task option": (
+        [*TRAIN, "--config", "mog_ring", "--set", "data.std=.inf"],
+        ["data.std: must be a finite number. Received: inf"],
+    ),
+    "NaN inside a stage's loss weights": (
+        [*TRAIN, *toy("stages[0].updates[0].loss={d_loss: .nan}")],
+        ["stages[0].updates[0].loss.d_loss: must be a finite number"],
+    ),
     "NaN learning rate": (
         [*TRAIN, *toy("optimizers.g.learning_rate=.nan")],
         ["optimizers.g.learning_rate: must be a finite number"],

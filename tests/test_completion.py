@@ -149,3 +149,30 @@ def test_all_three_stages_compile_with_xla_and_mixed_precision():
         metrics = trainer.step(position)
     assert all(np.isfinite(float(v)) for v in metrics.values())
     assert trainer.step_count == trainer.schedule.total_steps
+
+
+def test_evaluation_of_a_small_source_uses_all_its_images_and_refuses_more(tmp_path):
+    from stagegan.errors import ConfigError
+    from stagegan.evaluation import Evaluation
+
+    images = np.random.default_rng(0).integers(0, 256, (20, 16, 16, 3), dtype=np.uint8)
+    np.savez(tmp_path / "small.npz", images=images)
+    config = parse_config(
+        {
+            "name": "c",
+            "task": "completion",
+            "batch_size": 4,
+            "data": {"source": "npz", "path": str(tmp_path / "small.npz"), "size": 16},
+            "model": {"width": 4, "dilations": [2]},
+            "stages": STAGES[:1],
+        }
+    )
+    small = Trainer(config)
+    evaluation = Evaluation(small, None, seed=1)
+    evaluation.check()
+    assert evaluation.count == 20  # not the default 1,000, and not drawn with replacement
+    result = evaluation.run()["metrics"]
+    assert result["count"] == 20 and "fid" not in result  # no features named off `shapes`
+    with pytest.raises(ConfigError) as info:
+        Evaluation(small, None, count=21, count_key="eval.count").check()
+    assert info.value.key == "eval.count" and "has 20" in info.value.message

@@ -55,7 +55,9 @@ def test_npz_uint8_and_float(tmp_path):
     [
         (np.zeros((2, 4, 4, 3)), "missing", "has no array 'missing' (has: images"),
         (np.zeros((4, 4)), "images", "[N, H, W]"),
-        (np.full((2, 4, 4, 3), 2.0), "images", "[0, 1]"),
+        (np.full((2, 4, 4, 3), 2.0), "images", "[0, 1]; found 2 to 2"),
+        (np.where(np.arange(96).reshape(2, 4, 4, 3) == 60, np.nan, 0.5), "images", "1 NaN or Inf"),
+        (np.where(np.arange(96).reshape(2, 4, 4, 3) == 7, np.inf, 0.5), "images", "image 0"),
         (np.zeros((2, 4, 4, 3), np.int64), "images", "uint8 or float"),
         (np.zeros((0, 4, 4, 3), np.uint8), "images", "no images"),
     ],

@@ -110,6 +110,12 @@ def test_sample_pictures_carry_a_title_strip():
     assert (strip < 128).any() and (strip > 250).mean() > 0.5  # dark text on white
 
 
+@pytest.mark.parametrize("width", [230, 262, 401])  # widths matplotlib rounds a pixel off
+def test_the_title_strip_fits_any_picture_width(width):
+    titled = pictures.with_title(np.zeros((10, width, 3), np.uint8), "step 1, stage s")
+    assert titled.shape == (10 + pictures.TITLE_HEIGHT, width, 3)
+
+
 def test_many_completion_rows_are_laid_out_in_columns():
     rows = np.zeros((100, 16, 16, 3), np.float32)
     picture = pictures.image_rows([rows, rows, rows, rows])

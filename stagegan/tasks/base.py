@@ -144,9 +144,11 @@ class Task:
         """Samples an evaluation uses unless told otherwise."""
         return self.eval_count
 
+    needs_features = False  # a custom task whose `evaluate` calls `evaluation.features()`
+
     def uses_features(self, evaluation):
         """Whether `evaluate` needs `evaluation.features()` (then loaded before training)."""
-        return False
+        return self.needs_features
 
     def check_eval_count(self, count, key):
         """Raise `ConfigError(key)` when an evaluation cannot use `count` samples."""
@@ -257,6 +259,8 @@ class ImageTask(Task):
             ConfigError: on `key` when the split has fewer than `count` images.
         """
         images, held_out = self.reference_pool(count, key)
+        if self.data["source"] == "tfrecord":  # a stream: its first `count` images, however
+            images = images[:count]  # many an earlier call loaded
         index = np.random.default_rng(seed).choice(len(images), count, replace=False)
         return images[index].astype(np.float32) / 127.5 - 1.0, held_out
 

@@ -83,6 +83,11 @@ class Unconditional(ImageTask):
     def uses_features(self, evaluation):
         return True  # FID/KID: Evaluation.check loads the extractor before training
 
+    def check_eval_count(self, count, key):
+        if count < 4:
+            raise ConfigError(key, f"FID/KID need at least 4 images; {count} are available")
+        super().check_eval_count(count, key)
+
     def evaluate(self, evaluation):
         """FID and KID between generated and real images (held out where the source has a
         split), on the features of `evaluation.features()`."""
