@@ -186,6 +186,20 @@ class Progress:
         self.started = time.perf_counter()
         self.stream = stream or sys.stdout
         self.values, self.rate, self.drawn = {}, float("nan"), 0.0
+        self.open = False  # a bar line without its newline is on screen
+        if self.mode == "bar":  # a log line mid-stage starts on a line of its own
+            log.addFilter(self._end_bar_line)
+
+    def _end_bar_line(self, record):
+        if self.open:
+            self.stream.write("\n")
+            self.open = False
+        return True
+
+    def close(self):
+        """End the bar's line and stop watching the log."""
+        self._end_bar_line(None)
+        log.removeFilter(self._end_bar_line)
 
     def pace(self, done):
         """Seconds per step since this process started (NaN before the first step)."""
@@ -227,6 +241,7 @@ class Progress:
             end = "\n" if finished else ""
             self.stream.write("\r" + self.bar_text(position, done) + end)
             self.stream.flush()
+            self.open = not finished
 
     def bar_text(self, position, done):
         stage = self.schedule.stages[position.stage_index]

@@ -675,6 +675,7 @@ def _train(trainer, run_dir, store, signals, stop_after):
             if stop_after is not None and done - start >= stop_after:
                 break
     finally:
+        progress.close()
         runlog.close()
     return last
 

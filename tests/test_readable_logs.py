@@ -77,6 +77,31 @@ def test_progress_bar_shows_eta_as_h_mm_ss_and_plain_rates():
     assert left and all(len(p.split(":")[1]) == 2 for p in left)
 
 
+def test_a_log_line_mid_stage_starts_on_a_line_of_its_own():
+    import logging
+
+    schedule = Schedule(config().stages)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("stagegan")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        progress = Progress(schedule, "bar", 0, stream=stream)
+        progress.stage_started(Position(0, 0, 0))
+        progress.step(Position(0, 0, 0), 1, {"generator/g_loss": 0.5}, 10.0)
+        logger.info("eval at step 1")
+        progress.close()
+        logger.info("after the run")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = stream.getvalue().split("\n")
+    assert "eval at step 1" in lines and "after the run" in lines
+    assert any(line.startswith("\r[g_only] 1/2") for line in lines)
+
+
 def stage_boxes(figure):
     """Each panel's stage-label boxes, in display pixels."""
     renderer = figure.canvas.get_renderer()
