@@ -30,6 +30,8 @@ from pathlib import Path
 import yaml
 from common import stagegan
 
+from stagegan.evaluation import format_value  # "n/a" for None: undefined for that run
+
 
 def ablated(raw, task_class):
     """A copy of the resolved config `raw` whose generator updates lose their adversarial
@@ -72,12 +74,6 @@ def train_and_evaluate(name, raw, folder):
     return run, seconds, result["metrics"]
 
 
-def number(value):
-    if value is None:
-        return "n/a"
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
 def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -96,7 +92,9 @@ def report(with_, without, metric):
     for name in names:
         a, b = with_[name], without[name]
         difference = f"{a - b:+.4f}" if is_number(a) and is_number(b) else "n/a"
-        lines.append(f"  {name:<{width}}  {number(a):>10}  {number(b):>10}  {difference:>10}")
+        lines.append(
+            f"  {name:<{width}}  {format_value(a):>10}  {format_value(b):>10}  {difference:>10}"
+        )
     return "\n".join(lines)
 
 
@@ -153,7 +151,8 @@ def main():
     if metric not in with_ or metric not in without:
         raise SystemExit(f"ablation.py: eval reported no {metric!r} for this config")
     # n/a: undefined for that run (mog2d's reverse KL without a single high-quality sample).
-    print(f"adversarial ablation: {metric} {number(with_[metric])} vs {number(without[metric])}")
+    values = (format_value(with_[metric]), format_value(without[metric]))
+    print(f"adversarial ablation: {metric} {values[0]} vs {values[1]}")
 
 
 if __name__ == "__main__":

@@ -268,11 +268,10 @@ class ImageTask(Task):
         """All uint8 images `reference_images` chooses from (for a streamed source, its first
         `count`) and whether they are held out; loaded once."""
         cached = getattr(self, "_reference", None)
-        if cached is None or (cached[2] and len(cached[0]) < count):
-            images, held_out = reference_images(self.data, self.rngs.seed, count)
-            streamed = self.data["source"] == "tfrecord"
-            cached = self._reference = (images, held_out, streamed)
-        return cached[:2]
+        streamed = self.data["source"] == "tfrecord"
+        if cached is None or (streamed and len(cached[0]) < count):
+            cached = self._reference = reference_images(self.data, self.rngs.seed, count)
+        return cached
 
     def reference_pool(self, count, key="count"):
         """`load_pool(count)`, refused (`ConfigError` on `key`) when it has fewer images."""
@@ -288,6 +287,10 @@ class ImageTask(Task):
 
     def check_eval_count(self, count, key):
         self.reference_pool(count, key)
+
+    def default_eval_count(self):
+        """`eval_count`, or all the real images when there are fewer."""
+        return min(self.eval_count, len(self.load_pool(self.eval_count)[0]))
 
     def real_batch(self, batch_size):
         return {"x": self.source.batch(batch_size, self.rngs.data)}

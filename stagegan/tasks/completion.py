@@ -166,10 +166,6 @@ class Completion(ImageTask):
             columns.insert(0, x)
         return pictures.image_rows(columns)
 
-    def default_eval_count(self):
-        """1,000 held-out images, or all the images a smaller source has."""
-        return min(self.eval_count, len(self.load_pool(self.eval_count)[0]))
-
     def uses_features(self, evaluation):
         """The realism metric needs features: the shapes classifier on `shapes`, or the ones
         `eval.features` names; on other sources without them, it is left out."""

@@ -75,10 +75,7 @@ class Unconditional(ImageTask):
     def sample(self, inputs):
         return float32(self.generator(inputs["z"], training=False))
 
-    fid_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
-
-    def default_eval_count(self):
-        return min(self.fid_count, len(self.load_pool(self.fid_count)[0]))
+    eval_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
 
     def uses_features(self, evaluation):
         return True  # FID/KID: Evaluation.check loads the extractor before training
