@@ -30,7 +30,7 @@ def setup_devices(cpus):
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         return "GPU", len(gpus)
-    from stagegan.towers import split_cpu
+    from stagegan.placement import split_cpu
 
     split_cpu(cpus)
     return "CPU", cpus

@@ -43,7 +43,7 @@ def main():
     def run(trainer, steps):
         began = time.perf_counter()
         for k in range(steps):
-            metrics = trainer.step(Position(start + k, index, k))
+            metrics = trainer.step(Position(start + k, index, k)).metrics
         float(next(iter(metrics.values())))  # wait for the last step
         return (time.perf_counter() - began) / steps
 

@@ -57,7 +57,7 @@ def constant_data(trainer):
     import tensorflow as tf
 
     task = trainer.task
-    with tf.device(trainer.devices.variables):
+    with tf.device(trainer.placement.variables):
         fixed = {k: tf.constant(v) for k, v in task.real_batch(trainer.config.batch_size).items()}
     task.real_batch = lambda batch_size: dict(fixed)
 

@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from stagegan.errors import ConfigError
+from stagegan.errors import WriteError
 
 INDEX = "index.json"
 SUPERSEDED = "superseded"
@@ -28,7 +28,7 @@ ROTATING = {"periodic", "interrupted"}
 _FILE = re.compile(r"^(ckpt-\d+)(?:\.|_temp$)")
 
 
-class CheckpointWriteError(ConfigError):
+class CheckpointWriteError(WriteError):
     """A checkpoint could not be written (disk full, permissions); the index is unchanged."""
 
 

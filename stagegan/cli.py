@@ -9,8 +9,8 @@ import logging
 import os
 import sys
 
-from stagegan.config import load_config
-from stagegan.errors import ConfigError, RunStopped
+from stagegan.config import check_batch_divides, load_config
+from stagegan.errors import ConfigError, RunStopped, WriteError
 
 
 def build_parser():
@@ -129,7 +129,7 @@ def main(argv=None):
     logger.propagate = False
     try:
         return args.func(args)
-    except ConfigError as e:
+    except (ConfigError, WriteError) as e:
         print(f"stagegan: error: {e}", file=sys.stderr)
         return 2
     except RunStopped as e:
@@ -168,7 +168,8 @@ def cmd_train(args):
     if args.run_dir and chief:
         check_new_run_dir(args.run_dir)
     import_tensorflow()
-    from stagegan.training import Trainer, check_evaluation, train
+    from stagegan.loop import check_evaluation, train
+    from stagegan.training import Trainer
 
     trainer = Trainer(config)
     trainer.trace()
@@ -204,7 +205,8 @@ def resume_train(args):
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
     import_tensorflow()
-    from stagegan.training import Trainer, check_evaluation, train
+    from stagegan.loop import check_evaluation, train
+    from stagegan.training import Trainer
 
     chief = is_chief_process(plan.config, args)
     trainer = Trainer(plan.config)
@@ -225,7 +227,7 @@ def is_chief_process(config, args):
     Multi-worker runs name their folder on every worker (`--run-dir`, or `--resume`)."""
     if config.devices.strategy != "multi_worker":
         return True
-    from stagegan.strategies import worker_cluster
+    from stagegan.cluster import worker_cluster
 
     _, _, chief = worker_cluster()
     if args.run_dir is None and args.resume is None:
@@ -245,7 +247,7 @@ def train_worker(trainer, run_dir):
     import tempfile
     from pathlib import Path
 
-    from stagegan.training import train
+    from stagegan.loop import train
 
     logging.getLogger("stagegan").setLevel(logging.WARNING)
     config = trainer.config
@@ -261,9 +263,43 @@ def train_worker(trainer, run_dir):
 
 
 def cmd_launch(args):
-    from stagegan.launch import launch
+    """`launch --workers N [train arguments]`: check the arguments here (one line and exit
+    status 2, and no worker starts), pick a new run's folder so every worker names the same
+    one, then start the workers (`stagegan.launch`)."""
+    from stagegan.launch import MULTI_WORKER, launch
 
-    return launch(args.workers, args.train_args, args.grace)
+    if args.workers < 1:
+        raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
+    worker_args = list(args.train_args)
+    if worker_args[:1] == ["train"]:
+        worker_args = worker_args[1:]
+    parsed = build_parser().parse_args(["train", *worker_args])
+    if parsed.resume is not None:
+        from stagegan.resume import plan_resume
+
+        plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
+        if plan.config.devices.strategy != "multi_worker":
+            raise ConfigError(
+                "devices.strategy",
+                f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
+                "resumes multi_worker runs (resume this one with train --resume)",
+            )
+        if plan.step >= plan.config.total_steps:
+            print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
+            return 0
+    else:
+        from stagegan.rundirs import check_new_run_dir, create_run_dir
+
+        parsed.set = [*parsed.set, MULTI_WORKER]
+        config = load(parsed)
+        check_batch_divides(config.batch_size, args.workers)
+        if parsed.run_dir is not None:
+            check_new_run_dir(parsed.run_dir)
+        else:  # reserve the next numbered folder, empty, for the chief to fill
+            run_dir = create_run_dir(None, name=config.name)
+            worker_args += ["--run-dir", str(run_dir)]
+        worker_args += ["--set", MULTI_WORKER]
+    return launch(args.workers, worker_args, args.grace)
 
 
 def cmd_plan(args):

@@ -37,7 +37,17 @@ from stagegan.errors import ConfigError
 from stagegan.resources import builtin_names, find_yaml
 
 MODES = ("sequential", "simultaneous")
-OPTIMIZER_TYPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam", "lion")
+# `type:` of an optimizer spec -> its Keras class in `keras.optimizers`.
+OPTIMIZER_TYPES = {
+    "sgd": "SGD",
+    "adam": "Adam",
+    "adamw": "AdamW",
+    "rmsprop": "RMSprop",
+    "adagrad": "Adagrad",
+    "adamax": "Adamax",
+    "nadam": "Nadam",
+    "lion": "Lion",
+}
 # The optimizer an update gets when it names none: private to that update (DCGAN's settings).
 DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
 
@@ -166,11 +176,13 @@ class Stage:
 
 @dataclass(frozen=True)
 class DevicesConfig:
+    """`devices:` (defaults: `DEVICES_DEFAULTS`)."""
+
     towers: object  # int, "auto", or a tuple of device names
     variables: str
-    strategy: str = "towers"  # towers | mirrored | central_storage | multi_worker
-    jit: bool = False  # compile the step functions with XLA
-    mixed_precision: bool = False  # mixed_float16 (bfloat16 on CPU) with loss scaling
+    strategy: str  # towers | mirrored | central_storage | multi_worker
+    jit: bool  # compile each replica's pass with XLA
+    mixed_precision: bool  # mixed_float16 (bfloat16 on CPU) with loss scaling
 
 
 @dataclass(frozen=True)
@@ -382,10 +394,8 @@ def parse_config(raw):
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError("name", f"must be letters, digits, '-', '_' or '.'. Received: {name!r}")
     devices = _parse_devices(resolved["devices"])
+    # That it divides across the replicas is checked with the devices (`placement`).
     batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
-    if not isinstance(devices.towers, str):
-        towers = devices.towers if isinstance(devices.towers, int) else len(devices.towers)
-        check_batch_divides(batch_size, towers)
     named = {
         key: _parse_optimizer(spec, f"optimizers.{key}")
         for key, spec in resolved["optimizers"].items()
@@ -445,13 +455,15 @@ def parse_config(raw):
     )
 
 
-def check_batch_divides(batch_size, towers):
-    """The global batch is split evenly across towers; anything else is a config error."""
-    if batch_size % towers:
+def check_batch_divides(batch_size, replicas):
+    """The global batch is split evenly across replicas; anything else is a config error.
+    The one divisibility check: `placement` runs it on the resolved replicas, and `launch`
+    on its worker count (each worker holds at least one replica) before any worker starts."""
+    if batch_size % replicas:
         raise ConfigError(
             "batch_size",
-            f"{batch_size} does not divide evenly across {towers} towers "
-            f"(use a multiple of {towers})",
+            f"{batch_size} does not divide evenly across {replicas} towers "
+            f"(use a multiple of {replicas})",
         )
 
 

@@ -1,6 +1,7 @@
 """The exceptions the CLI turns into one line on stderr and an exit status.
 
-* `ConfigError`: bad user input, or a run folder that cannot be written: status 2.
+* `ConfigError`: bad user input: status 2.
+* `WriteError`: a file of the run could not be written (a full disk, permissions): status 2.
 * `RunStopped`: a run that stopped before its end on purpose (the NaN guard, a signal): its
   own status (3 for the guard, 4 for a lost multi-worker peer, 128 + the signal number for
   SIGINT and SIGTERM).
@@ -21,6 +22,22 @@ class ConfigError(Exception):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class WriteError(Exception):
+    """A file of the run could not be written: a full disk, permissions, a read-only folder.
+
+    The CLI prints it as one line, `stagegan: error: PATH: MESSAGE`, and exits with status 2.
+
+    Args:
+        key: the file or folder (or `checkpoint`) that could not be written.
+        message: what failed, and how the run can go on.
+    """
+
+    def __init__(self, key, message):
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
 
 
 class RunStopped(Exception):

@@ -6,8 +6,8 @@ is the chief: it alone writes the run folder; the others' output lines are prefi
 `[worker i]`. It is for trying multi-worker runs, and for the tests; on a real cluster, start
 one `train` process per host with its own `TF_CONFIG` (see the README).
 
-The arguments are checked here first (a bad config is one line and exit status 2, and no
-worker starts). A new run's folder is picked here (the next `runs/NNNNN-name` unless
+`cli.cmd_launch` checks the arguments first (a bad config is one line and exit status 2,
+and no worker starts). A new run's folder is picked there (the next `runs/NNNNN-name` unless
 `--run-dir` says), so every worker names the same one.
 
 When a worker fails, the others stop by themselves: TensorFlow's collective operations abort
@@ -25,46 +25,13 @@ import sys
 import threading
 import time
 
-from stagegan.errors import ConfigError
-
 MULTI_WORKER = "devices.strategy=multi_worker"
 
 
-def launch(workers, train_args, grace=60.0):
-    """Run `train train_args` as `workers` local worker processes; returns the exit status."""
-    from stagegan.cli import build_parser, load
-
-    if workers < 1:
-        raise ConfigError("--workers", f"must be at least 1. Received: {workers}")
-    args = list(train_args)
-    if args[:1] == ["train"]:
-        args = args[1:]
-    parsed = build_parser().parse_args(["train", *args])
-    if parsed.resume is not None:
-        from stagegan.resume import plan_resume
-
-        plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
-        if plan.config.devices.strategy != "multi_worker":
-            raise ConfigError(
-                "devices.strategy",
-                f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
-                "resumes multi_worker runs (resume this one with train --resume)",
-            )
-        if plan.step >= plan.config.total_steps:
-            print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
-            return 0
-    else:
-        from stagegan.rundirs import check_new_run_dir, create_run_dir
-
-        parsed.set = [*parsed.set, MULTI_WORKER]
-        config = load(parsed)
-        if parsed.run_dir is not None:
-            check_new_run_dir(parsed.run_dir)
-        else:  # reserve the next numbered folder, empty, for the chief to fill
-            run_dir = create_run_dir(None, name=config.name)
-            args += ["--run-dir", str(run_dir)]
-        args += ["--set", MULTI_WORKER]
-    return Cluster(workers, args, grace).run()
+def launch(workers, worker_args, grace=60.0):
+    """Run `train worker_args` as `workers` local worker processes; returns the exit status.
+    The arguments were checked by the caller (`cli.cmd_launch`)."""
+    return Cluster(workers, worker_args, grace).run()
 
 
 def free_ports(count):

@@ -14,25 +14,15 @@ import inspect
 import keras
 import tensorflow as tf
 
-from stagegan.config import LearningRateSchedule
+from stagegan.config import OPTIMIZER_TYPES, LearningRateSchedule
 from stagegan.errors import ConfigError
 
-KERAS_CLASSES = {
-    "sgd": "SGD",
-    "adam": "Adam",
-    "adamw": "AdamW",
-    "rmsprop": "RMSprop",
-    "adagrad": "Adagrad",
-    "adamax": "Adamax",
-    "nadam": "Nadam",
-    "lion": "Lion",
-}
 _NOT_OPTIONS = {"self", "name", "kwargs"}
 
 
 def make_optimizer(spec, key, name):
     """A Keras optimizer for `spec` (config.OptimizerSpec); option errors name `key`."""
-    cls = getattr(keras.optimizers, KERAS_CLASSES[spec.type])
+    cls = getattr(keras.optimizers, OPTIMIZER_TYPES[spec.type])
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in _NOT_OPTIONS]
     for option, _ in spec.options:
         if option not in accepted:

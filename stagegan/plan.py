@@ -7,7 +7,8 @@ from stagegan.variables import count_parameters, scope_of
 def describe_plan(trainer):
     """A human-readable plan of a built and traced `Trainer`."""
     config, schedule = trainer.config, trainer.schedule
-    towers = trainer.devices.towers
+    placement = trainer.placement
+    towers = placement.labels
     per_tower = config.batch_size // len(towers)
     lines = [
         f"run {config.name}: task {config.task}, seed {config.seed}, "
@@ -16,10 +17,10 @@ def describe_plan(trainer):
         + (
             f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
             f"({per_tower} per tower); variables and optimizer state on "
-            f"{trainer.devices.variables}"
-            if trainer.strategy is None
+            f"{placement.variables}"
+            if placement.strategy is None
             else f"replicas: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
-            f"({per_tower} per replica); {type(trainer.strategy).__name__}"
+            f"({per_tower} per replica); {type(placement.strategy).__name__}"
         )
         + (", XLA" if config.devices.jit else "")
         + (", mixed precision" if config.devices.mixed_precision else ""),
@@ -85,7 +86,7 @@ def describe_plan(trainer):
                 f"    variables: {len(plan.variables)} "
                 f"({count_parameters(plan.variables):,} parameters)"
             )
-            dropped = stage_step.dropped.get(update.name, [])
+            dropped = stage_step.traced[update.name].dropped
             lines.append(
                 "    no gradient (dropped): " + (", ".join(dropped) if dropped else "none")
             )

@@ -3,69 +3,94 @@
 A stage step runs the stage's updates:
 
 * `sequential`: the updates run one after another, each drawing its own global batch.
-  `repeat: k` runs an update k times per stage step (unrolled: k batches, k applies);
-  `every: n` runs it only on stage steps divisible by n (a `tf.cond`, so no retracing).
-* `simultaneous`: one global batch and one forward pass per tower; every update's loss is
+  `repeat: k` runs an update k times per stage step (unrolled: k batches, k applies).
+* `simultaneous`: one global batch and one forward pass per replica; every update's loss is
   differentiated with respect to its own variables, and all updates are applied together
   after all gradients are computed.
 
-The step takes the stage step as an int64 tensor, so one trace serves every step.
+`every: n` runs an update only on stage steps divisible by n (`gated`: a `tf.cond` around a
+sequential update, a mask over a simultaneous one), so no step retraces. The step takes the
+stage step as an int64 tensor, so one trace serves every step.
 
-The NaN/Inf guard (`guard.policy` skip or stop) checks, inside the step, every tower's loss
-terms and gradients of every update application for finiteness; an application with anything
-non-finite is not applied (a `tf.cond` around `apply_gradients`). The step reports, per update,
-`guard/<update>`: how many of its applications were skipped (-1 on steps it does not run), and
-`guard_detail/<update>`: a bool [towers, terms + 1] array, True where each tower's loss term
-(columns in `loss` order) and gradients (last column) were finite. The trainer acts on them.
+Every backend runs through one interface (`stagegan.replicas`): `compute` runs the replicas
+and averages their gradients, `apply` applies an update. The NaN/Inf guard and the loss scale
+wrap each application (`stagegan.guard.GuardedApply`).
+
+A step returns a `StepOutput`: the metrics (`<update>/<term>`, `/loss`, `/grad_norm`,
+`/learning_rate` under a schedule, `/loss_scale` under mixed precision; NaN on steps an
+update does not run), a `GuardResult` per update, and, when asked, the applied gradients.
 """
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import tensorflow as tf
 from keras.optimizers.schedules import LearningRateSchedule
 
 from stagegan.errors import ConfigError
-from stagegan.towers import (
-    average_gradients,
-    average_terms,
-    finite_flags,
-    split_batch,
-    tower_gradients,
-    weighted_loss,
-)
+from stagegan.guard import GuardResult
+from stagegan.replicas import weighted_loss
 
 log = logging.getLogger("stagegan")
 
 
+class StepOutput(NamedTuple):
+    """What a stage step returns."""
+
+    metrics: dict  # {name: float32 scalar}
+    guard: dict  # {update name: GuardResult}
+    gradients: dict  # {"<update>/<variable path>": averaged gradient}; empty unless asked
+
+
 @dataclass(frozen=True)
 class UpdatePlan:
-    """An update bound to real objects: its matched variables and its built optimizer."""
+    """An update bound to real objects.
 
-    update: object  # config.Update
+    Attributes:
+        update: the `config.Update`.
+        variables: its matched variables.
+        optimizer: its built optimizer.
+        guard: its `guard.GuardedApply` (the NaN/Inf guard and the loss scale).
+        shared: whether the optimizer is shared with other updates.
+        state: the non-trainable variables of the networks it trains (BatchNormalization
+            statistics): the only state its forward passes may write.
+        after_apply: state to update after each application (spectral norm's power
+            iteration, see `stagegan.layers.power_iteration_hook`), or None.
+    """
+
+    update: object
     variables: tuple
     optimizer: object
-    shared: bool
-    loss_scale: object = None  # a `precision.LossScale` under mixed precision
-    # State to update after each application, e.g. spectral norm's power iteration (see
-    # `stagegan.layers.power_iteration_hook`); None for none.
+    guard: object
+    shared: bool = False
+    state: tuple = ()
     after_apply: object = None
 
     @property
     def terms(self):
         return tuple(term for term, _ in self.update.loss)
 
-    def guard_names(self):
-        return f"guard/{self.update.name}", f"guard_detail/{self.update.name}"
-
     def metric_names(self):
-        names = [f"{self.update.name}/{term}" for term in self.terms]
+        name = self.update.name
+        names = [f"{name}/{term}" for term in self.terms]
         if len(self.terms) > 1:
-            names.append(f"{self.update.name}/loss")
-        names.append(f"{self.update.name}/grad_norm")
-        if self.loss_scale is not None:
-            names.append(f"{self.update.name}/loss_scale")
+            names.append(f"{name}/loss")
+        names.append(f"{name}/grad_norm")
+        if isinstance(self.optimizer._learning_rate, LearningRateSchedule):
+            names.append(f"{name}/learning_rate")
+        if self.guard.loss_scale is not None:
+            names.append(f"{name}/loss_scale")
         return names
+
+
+@dataclass(frozen=True)
+class TracedUpdate:
+    """What tracing found out about an update: which variables get a gradient."""
+
+    plan: UpdatePlan
+    variables: tuple  # paths of the variables that get a gradient
+    dropped: tuple  # paths of those that get none, left unchanged
 
 
 class StageStep:
@@ -75,77 +100,60 @@ class StageStep:
         stage: the `config.Stage` record.
         plans: one `UpdatePlan` per update, in order.
         draw_batch: `() -> dict`, one global batch (real data and random inputs), drawn on the
-            variable device so the draw does not depend on the number of towers.
-        compute_terms: `(shard, terms) -> {term: scalar}`, one tower's forward pass.
-        devices: `towers.Devices`.
+            variable device so the draw does not depend on the number of replicas.
+        compute_terms: `(shard, terms) -> {term: scalar}`, one replica's forward pass.
+        replicas: the `replicas.Replicas` that run it.
         global_step: the run's int64 step counter, incremented by every stage step.
         after_step: optional `(global_step) -> None`, traced in after the increment (the
             generator EMA update).
-        guard: `guard.policy`: "skip" or "stop" check finiteness and skip non-finite
-            applications; "off" applies everything unchecked.
-        replicas: a `strategies.StrategyReplicas` to run the replicas under a
-            `tf.distribute` strategy; None (the `towers` backend) runs the towers here.
-        jit: compile each tower's forward and backward pass with XLA (`devices.jit`).
     """
 
     def __init__(
-        self,
-        stage,
-        plans,
-        draw_batch,
-        compute_terms,
-        devices,
-        global_step,
-        after_step=None,
-        guard="skip",
-        replicas=None,
-        jit=False,
+        self, stage, plans, draw_batch, compute_terms, replicas, global_step, after_step=None
     ):
         self.stage = stage
         self.plans = tuple(plans)
         self.draw_batch = draw_batch
         self.compute_terms = compute_terms
-        self.devices = devices
+        self.replicas = replicas
         self.global_step = global_step
         self.after_step = after_step
-        # Mixed precision's loss scaling needs the finiteness checks even with the guard off.
-        self.guarded = guard != "off" or any(p.loss_scale is not None for p in self.plans)
-        self.replicas = replicas
-        self.jit = jit
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
-        self._gradients = None  # trace time only: where `_reduce` collects gradients
-        self.dropped = {}  # update name -> paths of variables with no gradient
-        self.problems = []  # ConfigErrors found while tracing, raised by `trace`
+        self.traced = {}  # update name -> TracedUpdate, filled by tracing
         self.function = tf.function(self._step)
 
     def __call__(self, stage_step, with_gradients=False):
-        """Run stage step `stage_step` (an int); returns `{metric: scalar tensor}`.
-
-        With `with_gradients` (for histograms) the result also holds every applied averaged
-        gradient as `gradients/<update>/<variable path>`; that variant is traced separately
-        and does exactly the same step.
-        """
+        """Run stage step `stage_step` (an int); returns a `StepOutput` of tensors. With
+        `with_gradients` (for histograms) it holds the applied averaged gradients too; that
+        variant is traced separately and does exactly the same step."""
         if not self.trace_count:
             self.trace()
         return self.function(tf.constant(stage_step, tf.int64), with_gradients)
 
     def trace(self):
-        """Trace now (once): logs dropped variables, raises what tracing found wrong."""
+        """Trace now (once): logs dropped variables, raises an update with no gradient."""
         self.function.get_concrete_function(tf.TensorSpec([], tf.int64))
-        if self.problems:
-            raise self.problems[0]
         for plan in self.plans:
-            paths = self.dropped.get(plan.update.name)
-            if paths:
+            traced = self.traced[plan.update.name]
+            update = plan.update
+            if not traced.variables:
+                loss = ", ".join(f"{t}: {w:g}" for t, w in update.loss)
+                raise ConfigError(
+                    update.key,
+                    f"no variable gets a gradient from loss {{{loss}}} in stage "
+                    f"{self.stage.name!r}, update {update.name!r}: the loss does not depend "
+                    f"on {', '.join(update.train)}",
+                )
+            if traced.dropped:
                 log.info(
                     "stage %r, update %r: %d variable(s) get no gradient from loss %s and are "
                     "left unchanged: %s",
                     self.stage.name,
-                    plan.update.name,
-                    len(paths),
+                    update.name,
+                    len(traced.dropped),
                     "+".join(plan.terms),
-                    ", ".join(paths),
+                    ", ".join(traced.dropped),
                 )
 
     def batches_per_step(self, stage_step):
@@ -162,182 +170,93 @@ class StageStep:
             self.gradient_trace_count += 1
         else:
             self.trace_count += 1
-        self._gradients = {} if with_gradients else None
-        metrics = {}
+        gradients = {} if with_gradients else None
         if self.stage.mode == "sequential":
-            for plan in self.plans:
-                run = lambda plan=plan: self._run_sequential(plan)
-                metrics.update(self._maybe(plan, stage_step, run))
+            outputs = [self._sequential(plan, stage_step, gradients) for plan in self.plans]
         else:
-            metrics.update(self._run_simultaneous(stage_step))
-        with tf.device(self.devices.variables):
+            outputs = self._simultaneous(stage_step, gradients)
+        with tf.device(self.replicas.variables):
             self.global_step.assign_add(1)
             if self.after_step is not None:
                 self.after_step(self.global_step)
-        gradients, self._gradients = self._gradients or {}, None
-        metrics.update({f"gradients/{name}": g for name, g in gradients.items()})
-        return metrics
+        metrics, guard = {}, {}
+        for plan, (update_metrics, result) in zip(self.plans, outputs, strict=True):
+            metrics.update(update_metrics)
+            guard[plan.update.name] = result
+        return StepOutput(metrics, guard, gradients or {})
 
-    def _maybe(self, plan, stage_step, run):
-        """Run `run` on active steps only; inactive steps report NaN metrics."""
-        if plan.update.every == 1:
-            return run()
-        collecting, self._gradients = self._gradients, None  # no tensors out of a tf.cond
-        try:
-            return self._cond(plan, stage_step, run)
-        finally:
-            self._gradients = collecting
-
-    def _cond(self, plan, stage_step, run):
-        def skipped():
-            metrics = {name: tf.constant(float("nan")) for name in plan.metric_names()}
-            metrics.update(self._inactive_guard(plan))
-            return metrics
-
-        active = tf.equal(stage_step % plan.update.every, 0)
-        return tf.cond(active, run, skipped)
-
-    def _inactive_guard(self, plan):
-        count, detail = plan.guard_names()
-        shape = [len(self.devices.towers), len(plan.terms) + 1]
-        return {count: tf.constant(-1, tf.int32), detail: tf.ones(shape, tf.bool)}
-
-    def _run_sequential(self, plan):
-        metrics, skipped, detail = None, [], None
-        for _ in range(plan.update.repeat):
-            with tf.device(self.devices.variables):
-                batch = self.draw_batch()
-            ((gradients, metrics, finite, flags),) = self._compute([plan], batch)
-            with tf.device(self.devices.variables):
-                self._apply_if(plan, gradients, finite)
-                skip = self._settle(plan, finite, flags, metrics)
+    def _sequential(self, plan, stage_step, gradients):
+        def run(active):
+            del active  # inside the gate's tf.cond
+            skipped, detail = [], None
+            for _ in range(plan.update.repeat):
+                with tf.device(self.replicas.variables):
+                    batch = self.draw_batch()
+                (averaged,) = self._compute([plan], batch)
+                # No tensors out of a tf.cond: gradients only from updates that always run.
+                metrics = self._metrics(plan, averaged, gradients if always else None)
+                skip, metrics = self._apply(plan, averaged, metrics)
                 skipped.append(tf.cast(skip, tf.int32))
-                detail = flags if detail is None else tf.logical_and(detail, flags)
-        count_name, detail_name = plan.guard_names()
-        with tf.device(self.devices.variables):
-            metrics[count_name] = tf.add_n(skipped)
-        metrics[detail_name] = detail
-        return metrics
+                detail = averaged.detail if detail is None else detail & averaged.detail
+            with tf.device(self.replicas.variables):
+                return metrics, plan.guard.result(tf.add_n(skipped), detail)
 
-    def _apply_if(self, plan, gradients, finite, active=None):
-        """Apply `gradients` when `finite` (unguarded: always) and `active` (if given)."""
-        condition = finite if self.guarded else None
-        if active is not None:
-            condition = active if condition is None else tf.logical_and(active, condition)
-        if self.replicas is not None:
-            self.replicas.apply(plan, gradients, condition)
-        elif condition is None:
-            self._apply(plan, gradients)
-        else:
-            apply = lambda: self._apply(plan, gradients)
-            tf.cond(condition, apply, lambda: tf.constant(False))
+        always = plan.update.every == 1
+        return gated(plan.update, stage_step, run, lambda: self._idle(plan), lazy=True)
 
-    def _settle(self, plan, finite, detail, metrics, active=None):
-        """After an application: whether the NaN guard counts it as skipped. Under mixed
-        precision, the loss scale adapts first, and a routine overflow is not a guard event
-        (see `stagegan.precision`)."""
-        if plan.loss_scale is None:
-            return tf.logical_not(finite)
-        terms_ok = tf.reduce_all(detail[:, :-1])
-        grads_ok = tf.reduce_all(detail[:, -1])
-        skip = plan.loss_scale.update(terms_ok, grads_ok, active)
-        metrics[f"{plan.update.name}/loss_scale"] = plan.loss_scale.scale.read_value()
-        return skip
+    def _simultaneous(self, stage_step, gradients):
+        with tf.device(self.replicas.variables):
+            batch = self.draw_batch()
+        computed = self._compute(self.plans, batch)
+        # Every update's metrics and gradients come from the same pre-update weights ...
+        metrics = [
+            self._metrics(p, a, gradients) for p, a in zip(self.plans, computed, strict=True)
+        ]
+        outputs = []
+        for plan, averaged, update_metrics in zip(self.plans, computed, metrics, strict=True):
+            # ... and only then are they all applied.
+            def run(active, plan=plan, averaged=averaged, update_metrics=update_metrics):
+                skip, update_metrics = self._apply(plan, averaged, update_metrics, active)
+                with tf.device(self.replicas.variables):
+                    result = plan.guard.result(tf.cast(skip, tf.int32), averaged.detail, active)
+                return update_metrics, result
 
-    def _scales(self, plans):
-        """Each plan's current loss scale (a tensor), or None without mixed precision."""
-        if all(plan.loss_scale is None for plan in plans):
-            return None
-        with tf.device(self.devices.variables):
-            return [
-                None if plan.loss_scale is None else plan.loss_scale.scale.read_value()
-                for plan in plans
-            ]
+            outputs.append(
+                gated(plan.update, stage_step, run, lambda plan=plan: self._idle(plan), lazy=False)
+            )
+        return outputs
 
     def _compute(self, plans, batch):
-        """Every tower's (or replica's) forward pass and gradients for `plans`, combined.
-
-        Returns one `(gradients, metrics, finite, detail)` per plan: what `_apply_if` applies
-        (averaged `(gradient, variable)` pairs, or the strategy's per-replica payload), the
-        update's metrics, and the guard's verdict and detail (see `_finite`).
-        """
-        if self.replicas is None:
-            results = self._towers(plans, batch)
-            out = []
-            for k, plan in enumerate(plans):
-                gradients, metrics = self._reduce(plan, k, results)
-                out.append((gradients, metrics, *self._finite(plan, k, results)))
-            return out
-        out = []
+        scales = [plan.guard.scale() for plan in plans]
+        if all(scale is None for scale in scales):
+            scales = None
         computed = self.replicas.compute(
-            plans, batch, self._compute_terms, self.guarded, self._scales(plans)
+            plans, batch, self._compute_terms, any(p.guard.guarded for p in plans), scales
         )
-        for plan, result in zip(plans, computed, strict=True):
-            both = list(zip(result["gradients"], plan.variables, strict=True))
-            pairs = [(g, v) for g, v in both if g is not None]
-            dropped = [v for g, v in both if g is None]
-            metrics = self._metrics(plan, pairs, dropped, result["terms"])
-            detail = result["detail"]
-            out.append((result["payload"], metrics, tf.reduce_all(detail), detail))
-        return out
+        for plan, averaged in zip(plans, computed, strict=True):
+            self.traced[plan.update.name] = TracedUpdate(
+                plan,
+                tuple(v.path for v in averaged.variables),
+                tuple(v.path for v in averaged.dropped),
+            )
+        return computed
 
-    def _finite(self, plan, k, results):
-        """Whether update k's loss terms and gradients are finite in every tower: `(finite,
-        detail)`, a bool scalar and a bool [towers, terms + 1] array (see the module doc).
-        Each tower checks its own values on its own device."""
-        if not self.guarded:
-            shape = [len(results), len(plan.terms) + 1]
-            return tf.constant(True), tf.ones(shape, tf.bool)
-        rows = []
-        for device, result in zip(self.devices.towers, results, strict=True):
-            with tf.device(device):
-                rows.append(finite_flags(result.terms, plan.terms, result.gradients[k]))
-        with tf.device(self.devices.variables):
-            detail = tf.stack(rows)
-            return tf.reduce_all(detail), detail
+    def _apply(self, plan, averaged, metrics, active=None):
+        """Apply through the update's guard: `(skipped, metrics)`."""
+        with tf.device(self.replicas.variables):
+            apply = lambda: self.replicas.apply(plan, averaged)
+            skip = plan.guard.apply(apply, averaged.detail, active)
+            if plan.guard.loss_scale is not None:
+                metrics = {**metrics, f"{plan.update.name}/loss_scale": plan.guard.scale()}
+        return skip, metrics
 
-    def _run_simultaneous(self, stage_step):
-        with tf.device(self.devices.variables):
-            batch = self.draw_batch()
-        metrics, applies = {}, []
-        for plan, computed in zip(self.plans, self._compute(self.plans, batch), strict=True):
-            gradients, update_metrics, finite, detail = computed
-            metrics.update(update_metrics)
-            applies.append((plan, gradients, finite, detail))
-            metrics[plan.guard_names()[1]] = detail
-        # All gradients above come from the same pre-update weights; now apply them all.
-        for plan, gradients, finite, detail in applies:
-            every = plan.update.every
-            active = None if every == 1 else tf.equal(stage_step % every, 0)
-            with tf.device(self.devices.variables):
-                self._apply_if(plan, gradients, finite, active)
-                skip = self._settle(plan, finite, detail, metrics, active)
-                metrics[plan.guard_names()[0]] = tf.cast(skip, tf.int32)
-            if active is None:
-                continue
-            nan = tf.constant(float("nan"))
-            for name in plan.metric_names():
-                metrics[name] = tf.where(active, metrics[name], nan)
-            inactive = self._inactive_guard(plan)
-            for name, value in inactive.items():
-                metrics[name] = tf.where(active, metrics[name], value)
-        return metrics
-
-    def _apply(self, plan, gradients):
-        with tf.device(self.devices.variables):
-            plan.optimizer.apply_gradients(gradients)
-            if plan.after_apply is not None:
-                plan.after_apply()
-        return tf.constant(True)
-
-    def _towers(self, plans, batch):
-        terms = tuple(dict.fromkeys(term for plan in plans for term in plan.terms))
-        shards = split_batch(batch, len(self.devices.towers))
-        compute = lambda shard: self._compute_terms(shard, terms)
-        updates = [(plan.update.loss, plan.variables) for plan in plans]
-        return tower_gradients(
-            compute, updates, shards, self.devices.towers, jit=self.jit, scales=self._scales(plans)
-        )
+    def _idle(self, plan):
+        """An update's output on a step it does not run: NaN metrics, skipped -1."""
+        metrics = {name: tf.constant(float("nan")) for name in plan.metric_names()}
+        shape = [self.replicas.count, len(plan.terms) + 1]
+        with tf.device(self.replicas.variables):
+            in_a_row = plan.guard.in_a_row.read_value()
+        return metrics, GuardResult(tf.constant(-1, tf.int32), in_a_row, tf.ones(shape, tf.bool))
 
     def _compute_terms(self, shard, terms):
         values = self.compute_terms(shard, terms)
@@ -346,40 +265,35 @@ class StageStep:
             raise RuntimeError(f"task returned no value for loss terms {missing}")
         return {t: tf.cast(values[t], tf.float32) for t in terms}
 
-    def _reduce(self, plan, k, results):
-        """Average update k's gradients over towers (None dropped) and collect its metrics."""
-        with tf.device(self.devices.variables):
-            pairs, dropped = average_gradients([r.gradients[k] for r in results], plan.variables)
-            terms = average_terms([{t: r.terms[t] for t in plan.terms} for r in results])
-        metrics = self._metrics(plan, pairs, dropped, terms)
-        if not pairs:  # a config error, raised when tracing ends; keep tracing till then
-            pairs = [(tf.zeros_like(v), v) for v in plan.variables]
-        return pairs, metrics
-
-    def _metrics(self, plan, pairs, dropped, terms):
-        """Update metrics from its averaged gradients; records dropped variables and the
-        config error of an update that no variable gets a gradient from (trace time)."""
-        update = plan.update
-        self.dropped[update.name] = [v.path for v in dropped]  # logged by `trace`
-        if not pairs:
-            loss = ", ".join(f"{t}: {w:g}" for t, w in update.loss)
-            self.problems.append(
-                ConfigError(
-                    update.key,
-                    f"no variable gets a gradient from loss {{{loss}}} in stage "
-                    f"{self.stage.name!r}, update {update.name!r}: the loss does not depend "
-                    f"on {', '.join(update.train)}",
-                )
-            )
-            pairs = [(tf.zeros_like(v), v) for v in plan.variables]
-        metrics = {f"{update.name}/{term}": value for term, value in terms.items()}
-        if len(terms) > 1:
-            metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
-        metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm([g for g, _ in pairs])
-        if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):
-            # The rate this application uses: the schedule at the optimizer's iteration count.
-            metrics[f"{update.name}/learning_rate"] = plan.optimizer.learning_rate
-        if self._gradients is not None:
-            for gradient, variable in pairs:
-                self._gradients[f"{update.name}/{variable.path}"] = gradient
+    def _metrics(self, plan, averaged, gradients=None):
+        """An update's metrics from its averaged terms and gradients; with `gradients` (a
+        dict), the applied gradients are collected into it."""
+        update, terms = plan.update, averaged.terms
+        with tf.device(self.replicas.variables):
+            metrics = {f"{update.name}/{term}": value for term, value in terms.items()}
+            if len(terms) > 1:
+                metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
+            metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm(list(averaged.gradients))
+            if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):
+                # The rate this application uses: the schedule at the optimizer's iteration.
+                metrics[f"{update.name}/learning_rate"] = plan.optimizer.learning_rate
+        if gradients is not None:
+            for gradient, variable in zip(averaged.gradients, averaged.variables, strict=True):
+                gradients[f"{update.name}/{variable.path}"] = gradient
         return metrics
+
+
+def gated(update, stage_step, run, idle, lazy):
+    """`every: n`, the one implementation: `run(active)` on stage steps divisible by n, and
+    `idle()`'s output (same structure) on the others.
+
+    `lazy` (a sequential update) puts `run` in a `tf.cond`, so inactive steps draw no batch
+    and compute nothing. Otherwise (a simultaneous update, whose forward pass is shared)
+    `run(active)` always runs and must apply only where `active`; its outputs are masked.
+    """
+    if update.every == 1:
+        return run(None)
+    active = tf.equal(stage_step % update.every, 0)
+    if lazy:
+        return tf.cond(active, lambda: run(None), idle)
+    return tf.nest.map_structure(lambda a, b: tf.where(active, a, b), run(active), idle())

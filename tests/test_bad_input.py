@@ -20,7 +20,8 @@ from toytask import two_stage_config
 
 from stagegan import cli
 from stagegan.config import parse_config
-from stagegan.training import Trainer, train
+from stagegan.loop import train
+from stagegan.training import Trainer
 
 TOY = two_stage_config(
     "toy",

@@ -111,7 +111,7 @@ def test_r1_is_the_squared_input_gradient_through_both_branches(trainer):
 def test_all_three_glcic_stages_train_on_two_towers(trainer):
     before = {v.path: v.numpy().copy() for v in trainer.variables}
     for position in trainer.schedule.positions(trainer.step_count):
-        metrics = trainer.step(position)
+        metrics = trainer.step(position).metrics
     assert set(metrics) == {
         "discriminator/d_adversarial",
         "discriminator/grad_norm",
@@ -146,7 +146,7 @@ def test_all_three_stages_compile_with_xla_and_mixed_precision():
     )
     trainer = Trainer(config)
     for position in trainer.schedule.positions():
-        metrics = trainer.step(position)
+        metrics = trainer.step(position).metrics
     assert all(np.isfinite(float(v)) for v in metrics.values())
     assert trainer.step_count == trainer.schedule.total_steps
 

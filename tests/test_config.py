@@ -82,7 +82,6 @@ def test_run_config_optimizers_override_stage_file_ones():
         ({"bogus": 1}, "bogus", "unknown key"),
         ({"batch_size": 0}, "batch_size", "at least 1"),
         ({"batch_size": "8"}, "batch_size", "must be an integer"),
-        ({"devices": {"towers": 3}}, "batch_size", "does not divide evenly across 3 towers"),
         ({"devices": {"towers": "all"}}, "devices.towers", "'auto'"),
         ({"devices": {"gpus": 2}}, "devices.gpus", "unknown key"),
         ({"log": {"progress": "fancy"}}, "log.progress", "bar, lines"),

@@ -19,9 +19,10 @@ from toytask import two_stage_config
 from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import parse_config
-from stagegan.errors import ConfigError
+from stagegan.errors import WriteError
+from stagegan.loop import train
 from stagegan.resume import commit, plan_resume, restore
-from stagegan.training import Trainer, train
+from stagegan.training import Trainer
 
 RAW = two_stage_config("full", 5, 3, 3, deterministic=True, samples={"every": 2})
 FULL = "No space left on device"
@@ -75,7 +76,7 @@ def test_checkpoint_write_fails_half_way(tmp_path, monkeypatch, uninterrupted):
     run_dir = tmp_path / "run"
     trainer = start(run_dir)
     monkeypatch.setattr(tf.train.Checkpoint, "write", half_then_full)
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(WriteError) as error:
         train(trainer, run_dir)
     assert str(error.value) == (
         f"checkpoint: cannot write checkpoint {run_dir}/checkpoints/ckpt-00000004: {FULL} "
@@ -99,7 +100,7 @@ def test_sample_write_fails(tmp_path, monkeypatch, uninterrupted):
     run_dir = tmp_path / "run"
     trainer = start(run_dir)
     monkeypatch.setattr(pictures.os, "replace", full_for_pictures)
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(WriteError) as error:
         train(trainer, run_dir)
     picture = run_dir / "samples" / "step00000004-joint.png"
     assert str(error.value) == (
@@ -142,7 +143,7 @@ def test_real_full_disk(tmp_path, uninterrupted):
         trainer = start(
             run_dir, {**RAW, "stages": [RAW["stages"][0], {**RAW["stages"][1], "steps": 40}]}
         )
-        with pytest.raises(ConfigError, match=FULL):
+        with pytest.raises(WriteError, match=FULL):
             train(trainer, run_dir)
         store = CheckpointStore(run_dir / "checkpoints", None, 1)
         entries = store.entries()

@@ -14,7 +14,8 @@ from stagegan import cli
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import parse_config
 from stagegan.errors import GuardStop
-from stagegan.training import Trainer, train
+from stagegan.loop import train
+from stagegan.training import Trainer
 
 # 4 towers of 2 rows: row 5 lies in tower 2. Real-batch draws: alternating step k draws 2k (D)
 # and 2k+1 (G); joint step j draws 8 + j.
@@ -53,7 +54,7 @@ def test_skip_leaves_only_the_poisoned_update_unapplied(draw, step, strategy, ca
         trainer.step(position)
     (weights, counts) = state(trainer)
     with caplog.at_level(logging.WARNING, logger="stagegan"):
-        metrics = trainer.step(positions[step])
+        metrics = trainer.step(positions[step]).metrics
     after, after_counts = state(trainer)
     assert changed(weights, after, "discriminator/") == []
     assert counts["d"] == after_counts["d"]  # the optimizer never saw the update
@@ -112,6 +113,22 @@ def test_skips_in_a_row_stop_the_run(tmp_path):
         (3, 2, "skip"),
         (4, 3, "stop"),
     ]
+
+
+def test_skips_in_a_row_are_counted_across_a_resume(tmp_path):
+    """The same run as above, checkpointed after two skips in a row and restored into a fresh
+    trainer: the third skip still stops it (the counter is checkpointed, not restarted)."""
+    first = make([2, 4, 6], guard={"policy": "skip", "max_consecutive": 3})
+    positions = list(first.schedule.positions())
+    for position in positions[:3]:
+        first.step(position)
+    assert [e["in_a_row"] for e in first.guard.events] == [1, 2]
+    path = first.checkpoint.write(str(tmp_path / "ckpt"))
+    second = make([2, 4, 6], guard={"policy": "skip", "max_consecutive": 3})
+    second.checkpoint.read(path).assert_existing_objects_matched()
+    with pytest.raises(GuardStop, match=r"step 4: .* stopped: 3 skips in a row"):
+        second.step(positions[3])
+    assert [(e["in_a_row"], e["action"]) for e in second.guard.events] == [(3, "stop")]
 
 
 def test_skips_apart_do_not_add_up(tmp_path):

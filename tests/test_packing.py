@@ -180,7 +180,7 @@ def test_spectral_norm_trains_alike_on_every_backend():
         trainer = Trainer(config(towers, strategy, spectral_norm=True))
         for position in trainer.schedule.positions():
             trainer.step(position)
-        variables = [*trainer.variables, *trainer._state_variables()]
+        variables = [*trainer.variables, *trainer.state_variables()]
         return {v.path: v.numpy() for v in variables}
 
     single = run(1, "towers")

@@ -17,8 +17,9 @@ from stagegan.logs import (
     format_rate,
     loss_figure,
 )
+from stagegan.loop import train
 from stagegan.schedule import Position, Schedule
-from stagegan.training import Trainer, train
+from stagegan.training import Trainer
 
 
 def records(run_dir):

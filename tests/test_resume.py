@@ -19,8 +19,9 @@ from clihelp import ROOT, TINY, stagegan
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import load_config, parse_config
 from stagegan.errors import ConfigError
+from stagegan.loop import train
 from stagegan.resume import check_changes, commit, drop_records_after, plan_resume, restore
-from stagegan.training import Trainer, train
+from stagegan.training import Trainer
 
 CONFIG = [
     "--config",

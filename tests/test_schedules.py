@@ -153,7 +153,7 @@ def test_the_optimizers_own_iterations_drive_the_schedule():
     trainer = Trainer(parse_config(raw(g_spec, d_spec)))
     seen = []
     for position in trainer.schedule.positions():
-        metrics = trainer.step(position)
+        metrics = trainer.step(position).metrics
         seen.append(
             (
                 float(metrics["discriminator/learning_rate"]),
@@ -200,10 +200,10 @@ def test_a_restored_optimizer_goes_on_at_the_same_rate(tmp_path):
     for position in positions[:5]:
         first.step(position)
     path = first.checkpoint.write(str(tmp_path / "ckpt"))
-    rates = [float(first.step(p)["generator/learning_rate"]) for p in positions[5:]]
+    rates = [float(first.step(p).metrics["generator/learning_rate"]) for p in positions[5:]]
     second = Trainer(config)
     second.checkpoint.read(path).assert_existing_objects_matched()
-    again = [float(second.step(p)["generator/learning_rate"]) for p in positions[5:]]
+    again = [float(second.step(p).metrics["generator/learning_rate"]) for p in positions[5:]]
     assert again == rates
     assert tf.reduce_all(
         [tf.reduce_all(a == b) for a, b in zip(first.variables, second.variables, strict=True)]

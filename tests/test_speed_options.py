@@ -40,7 +40,7 @@ def warm_up(devices):
     trainer = Trainer(load_config("mog_ring", overrides))
     losses = {"generator/g_loss": [], "discriminator/d_loss": []}
     for position in list(trainer.schedule.positions())[:120]:
-        metrics = trainer.step(position)
+        metrics = trainer.step(position).metrics
         for name in losses:
             if name in metrics and np.isfinite(float(metrics[name])):
                 losses[name].append(float(metrics[name]))

@@ -1,5 +1,7 @@
 """Towers: the averaging rule, batch splitting, BatchNormalization across towers, devices."""
 
+from types import SimpleNamespace
+
 import keras
 import numpy as np
 import pytest
@@ -7,7 +9,26 @@ import tensorflow as tf
 
 from stagegan.config import DevicesConfig
 from stagegan.errors import ConfigError
-from stagegan.towers import average_gradients, resolve_devices, split_batch, tower_gradients
+from stagegan.placement import resolve_placement
+from stagegan.replicas import (
+    TowerReplicas,
+    contribution,
+    kept_gradients,
+    split_batch,
+    sum_contributions,
+)
+
+
+def average(replica_grads, variables):
+    """The averaging rule, as TowerReplicas runs it: each replica's contribution, summed."""
+    plan = SimpleNamespace(variables=variables, terms=())
+    kept = kept_gradients([[grads] for grads in replica_grads], [plan])
+    count = len(replica_grads)
+    parts = [
+        contribution([plan], {}, [grads], kept, index, count, guarded=False)
+        for index, grads in enumerate(replica_grads)
+    ]
+    return kept[0], sum_contributions(parts)
 
 
 def test_average_drops_none_and_means_over_towers():
@@ -16,23 +37,22 @@ def test_average_drops_none_and_means_over_towers():
         [tf.constant(1.0), None, tf.constant(3.0)],
         [tf.constant(3.0), None, tf.constant(6.0)],
     ]
-    pairs, dropped = average_gradients(tower_grads, v)
-    assert [float(g) for g, _ in pairs] == [2.0, 4.5]
-    assert [var is v[0] for _, var in pairs] == [True, False]
-    assert dropped == [v[1]]
+    kept, means = average(tower_grads, v)
+    assert [float(g) for g in means] == [2.0, 4.5]
+    assert kept == [True, False, True]
 
 
 def test_average_counts_a_missing_tower_gradient_as_zero():
     v = [tf.Variable(0.0)]
-    pairs, dropped = average_gradients([[None], [tf.constant(4.0)]], v)
-    assert float(pairs[0][0]) == 2.0 and dropped == []
+    kept, means = average([[None], [tf.constant(4.0)]], v)
+    assert float(means[0]) == 2.0 and kept == [True]
 
 
 def test_average_densifies_indexed_slices():
     v = tf.Variable(tf.zeros([3, 2]))
     slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1]), tf.constant([3, 2]))
-    pairs, _ = average_gradients([[slices], [tf.zeros([3, 2])]], [v])
-    np.testing.assert_array_equal(pairs[0][0].numpy(), [[0, 0], [0.5, 0.5], [0, 0]])
+    _, means = average([[slices], [tf.zeros([3, 2])]], [v])
+    np.testing.assert_array_equal(means[0].numpy(), [[0, 0], [0.5, 0.5], [0, 0]])
 
 
 def test_split_batch_splits_every_tensor_evenly():
@@ -42,24 +62,36 @@ def test_split_batch_splits_every_tensor_evenly():
     np.testing.assert_array_equal(shards[1]["z"].numpy(), [2, 3])
 
 
-def test_batchnorm_statistics_come_from_the_first_tower_only():
+def test_batchnorm_statistics_come_from_the_first_tower_only_and_only_when_applied():
     with keras.name_scope("discriminator"):
         x_in = keras.Input((3,))
         bn = keras.layers.BatchNormalization(momentum=0.9)
         model = keras.Model(x_in, keras.layers.Dense(1)(bn(x_in)))
     x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32) + np.arange(8)[:, None]
-    shards = split_batch({"x": tf.constant(x)}, 2)
+    replicas = TowerReplicas(["/CPU:0", "/CPU:1"], "/CPU:0", lambda: model.non_trainable_variables)
+    plan = SimpleNamespace(
+        update=SimpleNamespace(loss=(("l", 1.0),)),
+        terms=("l",),
+        variables=tuple(model.trainable_variables),
+        state=tuple(model.non_trainable_variables),
+        optimizer=keras.optimizers.SGD(0.0),
+        after_apply=None,
+    )
+    plan.optimizer.build(plan.variables)
+    terms = lambda shard, names: {"l": tf.reduce_mean(model(shard["x"], training=True))}
 
     @tf.function
-    def step():
-        terms = lambda shard: {"l": tf.reduce_mean(model(shard["x"], training=True))}
-        results = tower_gradients(
-            terms, [((("l", 1.0),), model.trainable_variables)], shards, ["/CPU:0", "/CPU:1"]
-        )
-        return results[1].gradients[0]
+    def step(apply):
+        (averaged,) = replicas.compute([plan], {"x": tf.constant(x)}, terms, guarded=True)
+        if apply:
+            replicas.apply(plan, averaged)
+        return averaged.gradients, averaged.detail
 
-    grads = step()
-    assert all(g is not None for g in grads)
+    grads, detail = step(False)
+    assert len(grads) == len(plan.variables) and bool(np.all(detail))
+    # Computing alone writes nothing: state changes with the update's application only.
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), np.zeros(3))
+    step(True)
     # Hand computation: moving = 0.9 * initial + 0.1 * batch statistic of tower 0's half.
     first = x[:4]
     np.testing.assert_allclose(bn.moving_mean.numpy(), 0.1 * first.mean(0), rtol=1e-5)
@@ -68,17 +100,22 @@ def test_batchnorm_statistics_come_from_the_first_tower_only():
     assert not np.allclose(bn.moving_mean.numpy(), 0.1 * x.mean(0), rtol=1e-3)
 
 
+def devices(towers, strategy="towers"):
+    return DevicesConfig(towers, "/CPU:0", strategy, jit=False, mixed_precision=False)
+
+
 def test_devices_resolve_to_logical_cpus_and_check_the_batch():
-    devices = resolve_devices(DevicesConfig(towers=4, variables="/CPU:0"), batch_size=8)
-    assert devices.towers == ("/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3")
-    listed = resolve_devices(DevicesConfig(towers=("/cpu:1", "CPU:2"), variables="/CPU:0"), 4)
+    placement = resolve_placement(devices(4), batch_size=8)
+    assert placement.towers == ("/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3")
+    assert placement.labels == placement.towers and placement.replicas == 4
+    listed = resolve_placement(devices(("/cpu:1", "CPU:2")), 4)
     assert listed.towers == ("/CPU:1", "/CPU:2")
-    assert resolve_devices(DevicesConfig(towers="auto", variables="/CPU:0"), 3).towers == (
-        "/CPU:0",
-    )
+    assert resolve_placement(devices("auto"), 3).towers == ("/CPU:0",)
     with pytest.raises(ConfigError, match="batch_size: 6 does not divide evenly across 4"):
-        resolve_devices(DevicesConfig(towers=4, variables="/CPU:0"), batch_size=6)
+        resolve_placement(devices(4), batch_size=6)
+    with pytest.raises(ConfigError, match="batch_size: 6 does not divide evenly across 4"):
+        resolve_placement(devices(4, "mirrored"), batch_size=6)
     with pytest.raises(ConfigError, match="devices.towers: device /GPU:0 does not exist"):
-        resolve_devices(DevicesConfig(towers=("/GPU:0",), variables="/CPU:0"), 4)
+        resolve_placement(devices(("/GPU:0",)), 4)
     with pytest.raises(ConfigError, match="already started with 4 CPU devices"):
-        resolve_devices(DevicesConfig(towers=6, variables="/CPU:0"), 6)
+        resolve_placement(devices(6), 6)

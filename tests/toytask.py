@@ -5,7 +5,8 @@ Real data: N((1, -1), 0.5^2). Loss terms:
     d_loss = mean softplus(-D(x)) + mean softplus(D(stop_gradient(G(z))))
     g_loss = mean softplus(-D(G(z)))
 d_loss stops the gradient into G, so a pattern over both networks leaves G's gradient None.
-Options: model.batchnorm puts a BatchNormalization layer first in D. data.nan_draws (a list of
+Options: model.batchnorm puts a BatchNormalization layer first in D, model.generator_batchnorm
+one after G's hidden layer. data.nan_draws (a list of
 real-batch draw numbers, counted from 0 over the run) and data.nan_row put a NaN into that row
 of those global batches: the NaN reaches d_loss in the tower whose shard holds the row.
 """
@@ -21,7 +22,7 @@ class ToyTask(Task):
     loss_terms = ("d_loss", "g_loss")
     defaults = {
         "data": {"mean": 1.0, "nan_draws": None, "nan_row": 0},
-        "model": {"batchnorm": False},
+        "model": {"batchnorm": False, "generator_batchnorm": False},
         "loss": {},
     }
 
@@ -29,6 +30,8 @@ class ToyTask(Task):
         with keras.name_scope("generator"):
             z = keras.Input((2,))
             h = keras.layers.Dense(3, activation="tanh", name="hidden")(z)
+            if self.model["generator_batchnorm"]:
+                h = keras.layers.BatchNormalization(name="bn")(h)
             self.generator = keras.Model(z, keras.layers.Dense(2, name="out")(h))
         with keras.name_scope("discriminator"):
             x = keras.Input((2,))
@@ -40,6 +43,9 @@ class ToyTask(Task):
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         self.draws = tf.Variable(0, dtype=tf.int64, trainable=False)
         return self.networks
+
+    def trackables(self):
+        return {**super().trackables(), "toy_draws": self.draws}
 
     def real_batch(self, batch_size):
         mean = tf.constant([self.data["mean"], -self.data["mean"]])

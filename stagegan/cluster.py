@@ -1,0 +1,39 @@
+"""This process's place in a multi-worker cluster (`TF_CONFIG`), read without TensorFlow, so
+the CLI can decide what this process writes before it imports TensorFlow."""
+
+import json
+import os
+
+from stagegan.errors import ConfigError
+
+
+def worker_cluster():
+    """This process's place in the `TF_CONFIG` cluster: `(task_type, index, chief)`.
+
+    The chief is the `chief` task, or worker 0 when the cluster has no `chief` (TensorFlow's
+    rule).
+
+    Raises:
+        ConfigError: TF_CONFIG is missing, is not JSON, or lacks the cluster or the task.
+    """
+    raw = os.environ.get("TF_CONFIG")
+    key = "devices.strategy"
+    if not raw:
+        raise ConfigError(
+            key,
+            "multi_worker needs TF_CONFIG in the environment of every worker process "
+            "(`python -m stagegan launch --workers N ...` sets it for local runs)",
+        )
+    try:
+        spec = json.loads(raw)
+        cluster = spec["cluster"]
+        task_type, index = spec["task"]["type"], int(spec["task"]["index"])
+        members = list(cluster[task_type])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(key, f"TF_CONFIG is not a usable cluster spec ({error!r})") from None
+    if task_type not in ("worker", "chief") or not 0 <= index < len(members):
+        raise ConfigError(key, f"TF_CONFIG task {task_type}:{index} is not in the cluster")
+    chief = task_type == "chief" or (
+        task_type == "worker" and index == 0 and "chief" not in cluster
+    )
+    return task_type, index, chief

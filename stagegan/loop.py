@@ -1,0 +1,490 @@
+"""The training loop: `train(trainer, run_dir)` walks the schedule and, after every step, runs
+the run's callbacks.
+
+Each callback has one shape, `due(tick) -> bool` and `run(tick)` (and `close()`), and they run
+in one list, in this order:
+
+    MetricsLog    interval means into metrics.jsonl and TensorBoard, the console line or bar
+    Histograms    weight and gradient histograms (`log.histograms`, and every stage end)
+    Samples       sample pictures (`samples.every`, and every stage end)
+    Checkpoints   every `checkpoint.every` steps, every stage end, the end, and on a signal
+    Evaluation    `eval.every` steps and every stage end, after that step's checkpoint
+    LossPlots     plots/losses.png, redrawn at every stage end
+
+A `Tick` says where the loop is: the position, the global steps done after it, whether the
+stage or the run ends there, and the step's `StepOutput`.
+"""
+
+import logging
+import math
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+from stagegan.checkpoints import CheckpointStore
+from stagegan.errors import GuardStop, Interrupted, PeerLost, WriteError
+from stagegan.evaluation import Evaluation
+from stagegan.logs import (
+    Progress,
+    RunLog,
+    append_jsonl,
+    plot_losses,
+    read_metrics,
+    tensorboard_session_start,
+)
+from stagegan.samples import SampleDumper
+
+log = logging.getLogger("stagegan")
+
+
+@dataclass
+class Tick:
+    """Where the loop is, after the step at `position`."""
+
+    position: object  # schedule.Position
+    stage: object  # config.Stage
+    done: int  # global steps completed
+    stage_done: bool  # the stage ends with this step
+    final: bool  # the run ends with this step
+    output: object = None  # the step's steps.StepOutput
+
+
+def train(trainer, run_dir, stop_after=None, run_name=None):
+    """Run the schedule from the trainer's current global step to the end.
+
+    Writes into `run_dir`:
+        checkpoints/      every `checkpoint.every` steps (the newest `keep` stay), at the end
+                          of every stage (never rotated away), at the end of the run, and
+                          when SIGINT or SIGTERM stops it
+        metrics.jsonl     one record per logged step (`log.every`, and every stage end)
+        tensorboard/      the same scalars, the sample pictures, weight and gradient
+                          histograms (`log.histograms`, and every stage end)
+        samples/          sample pictures (`samples.every`, and every stage end), manifest
+        plots/losses.png  loss curves, redrawn at every stage end
+        guard.jsonl       one record per update the NaN/Inf guard skipped
+
+    SIGINT (Ctrl-C) and SIGTERM let the current step finish, write a checkpoint and raise
+    `Interrupted`. No checkpoint is ever written with non-finite weights.
+
+    Args:
+        trainer: a built (or restored) `Trainer`.
+        run_dir: the run folder (a `pathlib.Path`).
+        stop_after: stop after this many steps (for tests); None runs to the end.
+        run_name: the run folder that messages name, when it is not `run_dir` (a non-chief
+            multi-worker worker trains into a temporary folder).
+
+    Returns:
+        The last logged metrics, as floats.
+
+    Raises:
+        GuardStop: the NaN/Inf guard stopped the run.
+        Interrupted: SIGINT or SIGTERM, after the checkpoint was written.
+        WriteError: a file of the run could not be written (a full disk, permissions).
+    """
+    store = CheckpointStore(
+        run_dir / "checkpoints", trainer.checkpoint, trainer.config.checkpoint.keep
+    )
+    try:
+        # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
+        # act at once, and a resume starts from the last periodic or stage-end checkpoint.
+        with StopSignals(enabled=not trainer.multi_worker) as signals:
+            return _loop(trainer, run_dir, store, signals, stop_after)
+    except GuardStop as e:
+        latest = store.latest()
+        last = (
+            f"the last checkpoint, {latest['prefix']}, holds finite weights"
+            if latest
+            else "no checkpoint was written"
+        )
+        raise GuardStop(f"{e.message}; {last}") from None
+    except tf.errors.OpError as e:
+        if not trainer.multi_worker:
+            raise
+        latest = store.latest()
+        last = f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
+        raise PeerLost(
+            f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; continue with: "
+            f"python -m stagegan launch --workers N --resume {run_name or run_dir} (or train "
+            "--resume on every worker)"
+        ) from None
+    except OSError as e:
+        latest = store.latest()
+        last = f"the last good checkpoint is {latest['prefix']}" if latest else "no checkpoint yet"
+        raise WriteError(
+            str(e.filename or run_dir),
+            f"cannot write: {e.strerror or e} ({last}; free space or fix permissions, then "
+            f"continue with: python -m stagegan train --resume {run_dir})",
+        ) from None
+
+
+def _loop(trainer, run_dir, store, signals, stop_after):
+    schedule = trainer.schedule
+    start = trainer.step_count
+    callbacks = make_callbacks(trainer, run_dir, store, signals, start)
+    metrics, histograms = callbacks[0], callbacks[1]
+    try:
+        for position in schedule.positions(start):
+            if position.stage_step == 0 or position.global_step == start:
+                metrics.progress.stage_started(position, resumed=position.stage_step > 0)
+            tick = make_tick(schedule, position)
+            try:
+                tick.output = trainer.step(position, with_gradients=histograms.due(tick))
+            finally:
+                for event in trainer.guard.events:
+                    append_jsonl(run_dir / "guard.jsonl", event)
+                trainer.guard.events.clear()
+            for callback in callbacks:
+                if callback.due(tick):
+                    callback.run(tick)
+            if stop_after is not None and tick.done - start >= stop_after:
+                break
+    finally:
+        for callback in callbacks:
+            callback.close()
+    return metrics.last
+
+
+def make_tick(schedule, position):
+    done = position.global_step + 1
+    return Tick(
+        position=position,
+        stage=schedule.stages[position.stage_index],
+        done=done,
+        stage_done=done == schedule.stage_end(position.stage_index),
+        final=done == schedule.total_steps,
+    )
+
+
+def make_callbacks(trainer, run_dir, store, signals, start):
+    """The run's callbacks, in the order they run after a step (see the module doc)."""
+    config = trainer.config
+    evaluation = check_evaluation(trainer)
+    if config.log.tensorboard and start == 0 and not (run_dir / "tensorboard").exists():
+        tensorboard_session_start(run_dir / "tensorboard", 0)  # see `resume.commit`
+    runlog = RunLog(run_dir, config.log.tensorboard)
+    metrics = MetricsLog(trainer, runlog, store, start)
+    callbacks = [metrics, Histograms(trainer, runlog)]
+    if config.samples:
+        callbacks.append(Samples(SampleDumper(trainer, run_dir, config.samples), runlog))
+    callbacks.append(Checkpoints(trainer, store, metrics, signals, run_dir))
+    if evaluation is not None:
+        evaluation.run_dir = run_dir
+        callbacks.append(EvaluationCallback(evaluation, config.eval.every, runlog, metrics))
+    callbacks.append(LossPlots(trainer.schedule, runlog, run_dir))
+    return callbacks
+
+
+class Callback:
+    """One thing the loop does after some steps."""
+
+    def due(self, tick):
+        return True
+
+    def run(self, tick):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+class MetricsLog(Callback):
+    """Interval means (`_Meter`) of the step metrics: metrics.jsonl, TensorBoard and the
+    console every `log.every` steps and at stage ends; the progress bar every step."""
+
+    def __init__(self, trainer, runlog, store, start):
+        self.trainer, self.runlog = trainer, runlog
+        self.config = trainer.config
+        self.progress = Progress(trainer.schedule, self.config.log.progress, start)
+        self.began = time.perf_counter()
+        self.meter = Meter(self.began)
+        self.last = {}
+        # A resumed run goes on with the log interval it was in (see CheckpointStore.save).
+        entry = next((e for e in store.entries() if e["step"] == start), None)
+        if entry is not None and start % self.config.log.every:
+            self.meter.carried = {k: list(v) for k, v in entry.get("log_pending", {}).items()}
+
+    def run(self, tick):
+        position = tick.position
+        self.meter.pending.append(tick.output.metrics)
+        self.meter.steps += 1
+        stage_step = self.trainer.stage_steps[position.stage_index]
+        batches = stage_step.batches_per_step(position.stage_step)
+        self.meter.examples += batches * self.config.batch_size
+        if not (tick.done % self.config.log.every == 0 or tick.stage_done):
+            self.progress.step(position, tick.done)
+            return
+        now = time.perf_counter()
+        last = self.meter.means()
+        rate = self.meter.rate(now)
+        self.runlog.scalars(
+            {
+                "step": tick.done,
+                "stage": tick.stage.name,
+                "stage_step": position.stage_step + 1,
+                "time": round(now - self.began, 3),
+                "wall_time": round(time.time(), 3),
+                "examples_per_sec": round(rate, 2),
+                **last,
+            }
+        )
+        self.progress.step(position, tick.done, last, rate)
+        self.last = {k: v for k, v in last.items() if not np.isnan(v)}
+        self.meter = Meter(now)
+
+    def close(self):
+        self.progress.close()
+        self.runlog.close()
+
+
+class Histograms(Callback):
+    """Weight and gradient histograms into TensorBoard: every `log.histograms` steps and at
+    stage ends. `due` is asked before the step too, which then returns its gradients."""
+
+    def __init__(self, trainer, runlog):
+        self.trainer, self.runlog = trainer, runlog
+        self.config = trainer.config.log
+
+    def due(self, tick):
+        every = self.config.histograms
+        return self.config.tensorboard and (
+            tick.stage_done or bool(every and tick.done % every == 0)
+        )
+
+    def run(self, tick):
+        arrays = {f"weights/{v.path}": v.numpy() for v in self.trainer.variables}
+        arrays.update({f"gradients/{k}": v.numpy() for k, v in tick.output.gradients.items()})
+        self.runlog.histograms(tick.done, tick.stage.name, arrays)
+
+
+class Samples(Callback):
+    """Sample pictures (`samples.every` steps and stage ends), also into TensorBoard."""
+
+    def __init__(self, dumper, runlog):
+        self.dumper, self.runlog = dumper, runlog
+
+    def due(self, tick):
+        return self.dumper.due(tick.done, tick.stage_done)
+
+    def run(self, tick):
+        _, picture = self.dumper.dump(tick.done, tick.stage.name)
+        self.runlog.image(tick.done, "samples", picture)
+
+
+class Checkpoints(Callback):
+    """Checkpoints at stage ends (`stage_end:<stage>`, and `final`), every `checkpoint.every`
+    steps (`periodic`), and after a signal (`interrupted`, then `Interrupted` is raised).
+    Never one with non-finite values (`GuardStop` instead)."""
+
+    def __init__(self, trainer, store, metrics, signals, run_dir):
+        self.trainer, self.store, self.metrics = trainer, store, metrics
+        self.signals, self.run_dir = signals, run_dir
+        self.every = trainer.config.checkpoint.every
+
+    def tags(self, tick):
+        if tick.stage_done:
+            return [f"stage_end:{tick.stage.name}"] + (["final"] if tick.final else [])
+        if self.every and tick.done % self.every == 0:
+            return ["periodic"]
+        return ["interrupted"] if self.signals.received else []
+
+    def due(self, tick):
+        return bool(self.tags(tick))
+
+    def run(self, tick):
+        tags = self.tags(tick)
+        bad = self.trainer.nonfinite_variables()
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            raise GuardStop(
+                f"[{tick.stage.name}] step {tick.done}: refusing to write a checkpoint with "
+                f"non-finite values in {', '.join(bad[:3])}{more}"
+            )
+        path = self.store.save(tick.done, tags, {"log_pending": self.metrics.meter.state()})
+        if tick.stage_done:
+            log.info("checkpoint %s (%s)", path, ", ".join(tags))
+        if self.signals.received:
+            log.info(
+                "%s at step %d: checkpoint %s written; continue with: "
+                "python -m stagegan train --resume %s",
+                self.signals.name,
+                tick.done,
+                path,
+                self.run_dir,
+            )
+            raise Interrupted(
+                f"{self.signals.name} at step {tick.done}", 128 + self.signals.received
+            )
+
+
+class EvaluationCallback(Callback):
+    """In-training evaluation (`eval.every` steps and stage ends): numbers into metrics.jsonl
+    and TensorBoard, and a log line. It runs after the step's checkpoint, so a stage's own
+    end is a baseline it can find."""
+
+    def __init__(self, evaluation, every, runlog, metrics):
+        self.evaluation, self.every = evaluation, every
+        self.runlog, self.metrics = runlog, metrics
+
+    def due(self, tick):
+        return tick.stage_done or bool(self.every and tick.done % self.every == 0)
+
+    def run(self, tick):
+        result = self.evaluation.run()
+        values = {
+            f"eval/{k}": v
+            for k, v in result["metrics"].items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        self.runlog.scalars(
+            {
+                "step": tick.done,
+                "stage": tick.stage.name,
+                "stage_step": tick.position.stage_step + 1,
+                "time": round(time.perf_counter() - self.metrics.began, 3),
+                **values,
+            }
+        )
+        text = " ".join(f"{k[5:]}={v:.4g}" for k, v in values.items())
+        log.info("[%s] eval at step %d: %s", tick.stage.name, tick.done, text)
+
+
+class LossPlots(Callback):
+    """plots/losses.png, redrawn at every stage end."""
+
+    def __init__(self, schedule, runlog, run_dir):
+        self.schedule, self.runlog, self.folder = schedule, runlog, run_dir / "plots"
+        self.boundaries = [
+            (stage.name, schedule.stage_end(i) - stage.steps)
+            for i, stage in enumerate(schedule.stages)
+        ]
+
+    def due(self, tick):
+        return tick.stage_done
+
+    def run(self, tick):
+        self.folder.mkdir(exist_ok=True)
+        plot_losses(
+            read_metrics(self.runlog.path),
+            self.boundaries,
+            self.folder / "losses.png",
+            total_steps=self.schedule.total_steps,
+        )
+
+
+def check_evaluation(trainer):
+    """The run's in-training `Evaluation` (None without `eval`), with what it needs loaded:
+    feature extractors that cannot load, or an `eval.count` larger than the real images,
+    fail here, before a run folder exists, not in an hour. Kept on the trainer."""
+    config = trainer.config
+    if config.eval is None:
+        return None
+    evaluation = getattr(trainer, "evaluation", None)
+    if evaluation is None:
+        evaluation = Evaluation(
+            trainer,
+            None,
+            count=config.eval.count,
+            seed=config.seed,
+            features=config.eval.features,
+            features_key="eval.features",
+            count_key="eval.count",
+        )
+        evaluation.check()
+        trainer.evaluation = evaluation
+    return evaluation
+
+
+@dataclass
+class Meter:
+    """Throughput and metrics since the last log line."""
+
+    start: float
+    steps: int = 0
+    examples: int = 0
+    pending: list = field(default_factory=list)  # each step's metric tensors
+    carried: dict = field(default_factory=dict)  # {name: [sum, count]} from before a resume
+
+    def rate(self, now):
+        return self.examples / max(now - self.start, 1e-9)
+
+    def state(self):
+        """`{name: [sum, count]}` over the interval so far, counting the steps in which the
+        name's update ran (an update that did not run reports NaN: `every`, an alternation),
+        and `[value, -1]` for learning rates (their last value where their update ran). A
+        step the NaN guard skipped reports NaN too, and is left out (`guard.jsonl` has it)."""
+        out = {name: list(value) for name, value in self.carried.items()}
+        for metrics in self.pending:
+            for name, tensor in metrics.items():
+                value = float(tensor)
+                if name.endswith("/learning_rate"):
+                    if not math.isnan(value) or name not in out:
+                        out[name] = [value, -1]
+                elif not math.isnan(value):
+                    total, count = out.get(name, [0.0, 0])
+                    out[name] = [total + value, count + 1]
+                else:
+                    out.setdefault(name, [0.0, 0])
+        self.carried, self.pending = out, []
+        return out
+
+    def means(self):
+        """Each metric's mean over the interval (NaN where its update ran in none of its
+        steps); learning rates at the last step."""
+        return {
+            name: total if count < 0 else (total / count if count else float("nan"))
+            for name, (total, count) in self.state().items()
+        }
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set `received` (the signal number), so the loop
+    can finish its step and write a checkpoint. A second signal acts as usual (the handlers
+    are restored after the first). Outside the main thread it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, enabled=True):
+        self.received = 0
+        self.saved = {}
+        self.enabled = enabled
+
+    @property
+    def name(self):
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        self._restore()
+
+    def _restore(self):
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        self.saved = {}
+
+    def __enter__(self):
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self.saved[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        self._restore()
+        return False
+
+
+def describe_peer_error(error):
+    """One line from TensorFlow's error when a collective operation lost a peer."""
+    text = str(getattr(error, "message", error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    aborted = [line for line in lines if line.startswith("Collective ops is aborted by: ")]
+    first = aborted[0].split(": ", 1)[1] if aborted else (lines or [type(error).__name__])[0]
+    remote = re.search(r"remote target (/job:\S+?)(?: while|$)", text, re.M)
+    who = "a worker"
+    if remote:
+        who = f"worker {remote.group(1).rsplit('task:', 1)[-1]} ({remote.group(1)})"
+    return f"lost contact with {who}: {first}"
