@@ -172,9 +172,9 @@ def cmd_train(args):
     from stagegan.training import Trainer
 
     trainer = Trainer(config)
-    trainer.trace()
     if chief:
-        check_evaluation(trainer)  # before the run folder exists
+        check_evaluation(trainer)  # before the run folder exists, and the slow trace
+    trainer.trace()
     if not chief:
         return train_worker(trainer, args.run_dir)
     run_dir = create_run_dir(args.run_dir, name=config.name)

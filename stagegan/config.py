@@ -521,39 +521,10 @@ def apply_overrides(raw, overrides):
     """
     raw = unshare(raw)
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError("--set", f"expected key.path=value, got {item!r}")
-        path_text, value_text = item.split("=", 1)
-        parts = parse_key_path(path_text.strip())
-        try:
-            value = yaml_load(value_text)
-        except yaml.YAMLError:
-            raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
-        reaches = parts[0] in ("stages", "optimizers") and len(parts) > 1
-        if reaches and isinstance(raw.get("stages"), str):
-            stages, file_optimizers = _read_stage_file(raw["stages"])
-            if parts[0] == "stages":
-                raw["stages"] = unshare(stages)
-            raw["optimizers"] = {**unshare(file_optimizers), **(raw.get("optimizers") or {})}
-        node = raw
-        for depth, part in enumerate(parts[:-1]):
-            where = format_key_path(parts[: depth + 1])
-            if isinstance(part, int):
-                if not isinstance(node, list) or part >= len(node):
-                    raise ConfigError(where, f"--set: no such list item in {path_text!r}")
-                node = node[part]
-            else:
-                if not isinstance(node, dict):
-                    raise ConfigError(
-                        where, f"--set: {format_key_path(parts[:depth])} is not a mapping"
-                    )
-                section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
-                if (section is None or isinstance(section, dict)) and node.get(part) is None:
-                    # An absent or null section starts from its defaults (`ema`: none, so {}).
-                    node[part] = copy.deepcopy(section or {})
-                if part not in node:
-                    raise ConfigError(where, "--set: unknown key")
-                node = node[part]
+        path_text, parts, value = _parse_override(item)
+        if parts[0] in ("stages", "optimizers") and len(parts) > 1:
+            _inline_stage_file(raw, parts[0])
+        node = _override_parent(raw, parts, path_text)
         last = parts[-1]
         if isinstance(last, int):
             if not isinstance(node, list) or last >= len(node):
@@ -562,6 +533,52 @@ def apply_overrides(raw, overrides):
             raise ConfigError(path_text, "--set: parent is not a mapping")
         node[last] = value
     return raw
+
+
+def _parse_override(item):
+    """`key.path=value` -> `(path text, key path parts, value parsed as YAML)`."""
+    if "=" not in item:
+        raise ConfigError("--set", f"expected key.path=value, got {item!r}")
+    path_text, value_text = item.split("=", 1)
+    parts = parse_key_path(path_text.strip())
+    try:
+        value = yaml_load(value_text)
+    except yaml.YAMLError:
+        raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
+    return path_text, parts, value
+
+
+def _inline_stage_file(raw, section):
+    """Before an override reaches into `stages` or `optimizers`: read a stage file that
+    `stages` still names, so its stages and named optimizers can be changed."""
+    if not isinstance(raw.get("stages"), str):
+        return
+    stages, file_optimizers = _read_stage_file(raw["stages"])
+    if section == "stages":
+        raw["stages"] = unshare(stages)
+    raw["optimizers"] = {**unshare(file_optimizers), **(raw.get("optimizers") or {})}
+
+
+def _override_parent(raw, parts, path_text):
+    """The mapping or list that an override's last key path part is set in."""
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        where = format_key_path(parts[: depth + 1])
+        if isinstance(part, int):
+            if not isinstance(node, list) or part >= len(node):
+                raise ConfigError(where, f"--set: no such list item in {path_text!r}")
+            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(where, f"--set: {format_key_path(parts[:depth])} is not a mapping")
+        section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
+        if (section is None or isinstance(section, dict)) and node.get(part) is None:
+            # An absent or null section starts from its defaults (`ema`: none, so {}).
+            node[part] = copy.deepcopy(section or {})
+        if part not in node:
+            raise ConfigError(where, "--set: unknown key")
+        node = node[part]
+    return node
 
 
 # Pieces -------------------------------------------------------------------------------------

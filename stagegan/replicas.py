@@ -12,11 +12,12 @@ Both do the same three things, in `Replicas.compute`:
 1. every replica runs `replica_pass` on shard r of the global batch: its loss terms, each
    update's gradients (None where the loss does not reach a variable), and the writes its
    forward pass made to the networks' state, caught in a `keras.StatelessScope`;
-2. `contribution` is what replica r adds to the sums, the one averaging rule of stagegan:
-   every gradient and loss term divided by the replica count (so the sum is the mean), and a
+2. `contribution` is what replica r adds to the sums: every gradient and loss term, and a
    one-hot [replicas, terms + 1] row of its non-finite values for the NaN guard;
-3. `total` sums the contributions over replicas (add_n on the variable device, or one
-   all-reduce), and `Averaged` records come back, one per update.
+3. the backend sums the contributions over replicas (`sum_contributions`: add_n on the
+   variable device, or one all-reduce), `average` divides the sums of gradients and terms by
+   the replica count (the one averaging rule of stagegan: the mean over replicas, each
+   replica's shard weighing the same), and `Averaged` records come back, one per update.
 
 A variable that no replica gets a gradient for is dropped from its update (the TF1 recipe
 crashes there); one that some replicas reach counts as a zero gradient in the others, so the
@@ -183,7 +184,7 @@ class TowerReplicas(Replicas):
                     contribution(plans, terms, gradients, kept, index, self.count, guarded)
                 )
         with tf.device(self.variables):
-            totals = sum_contributions(parts)
+            totals = average(sum_contributions(parts), plans, kept, self.count, guarded)
         return totals, kept, passes[0][2], lambda value: value
 
     def _apply_gradients(self, optimizer, averaged):
@@ -214,7 +215,9 @@ class StrategyReplicas(Replicas):
             found["written"] = [w is not None for w in writes]
             parts = contribution(plans, terms, gradients, kept, index, count, guarded)
             totals = context.all_reduce(tf.distribute.ReduceOp.SUM, parts)
-            return totals, [w for w in writes if w is not None]
+            return average(totals, plans, kept, count, guarded), [
+                w for w in writes if w is not None
+            ]
 
         totals, writes = self.strategy.run(replica, args=(batch,))
         writes = iter(writes)
@@ -282,11 +285,10 @@ def kept_gradients(replica_gradients, plans):
 
 
 def contribution(plans, terms, gradients, kept, index, count, guarded):
-    """What replica `index` adds to the sums over replicas: the averaging rule of every
-    backend. Per plan: each kept gradient (zeros where this replica has none; IndexedSlices
-    made dense) and each loss term, divided by the replica count, then (guarded) a one-hot
-    [replicas, terms + 1] row counting this replica's non-finite terms and gradients."""
-    scale = (lambda value: value) if count == 1 else (lambda value: value / count)
+    """What replica `index` adds to the sums over replicas, in every backend. Per plan: each
+    kept gradient (zeros where this replica has none; IndexedSlices made dense) and each loss
+    term, then (guarded) a one-hot [replicas, terms + 1] row counting this replica's
+    non-finite terms and gradients."""
     parts = []
     for k, plan in enumerate(plans):
         grads = [
@@ -294,8 +296,8 @@ def contribution(plans, terms, gradients, kept, index, count, guarded):
             for g, variable, has in zip(gradients[k], plan.variables, kept[k], strict=True)
             if has
         ]
-        parts += [scale(g) for g in grads]
-        parts += [scale(terms[t]) for t in plan.terms]
+        parts += grads
+        parts += [terms[t] for t in plan.terms]
         if guarded:
             bad = tf.cast(tf.logical_not(finite_flags(terms, plan.terms, grads)), tf.float32)
             parts.append(tf.one_hot(index, count)[:, None] * bad[None, :])
@@ -308,6 +310,20 @@ def sum_contributions(parts):
     return [
         column[0] if len(column) == 1 else tf.add_n(column) for column in zip(*parts, strict=True)
     ]
+
+
+def average(totals, plans, kept, count, guarded):
+    """The averaging rule of every backend: the sums of the replicas' gradients and loss
+    terms (laid out as `contribution` packs them) divided by the replica count; the guard's
+    rows stay counts."""
+    if count == 1:
+        return list(totals)
+    out, values = [], iter(totals)
+    for plan, mask in zip(plans, kept, strict=True):
+        out += [next(values) / count for _ in range(sum(mask) + len(plan.terms))]
+        if guarded:
+            out.append(next(values))
+    return out
 
 
 def split_batch(batch, count):

@@ -121,7 +121,7 @@ class StageStep:
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self.traced = {}  # update name -> TracedUpdate, filled by tracing
-        self.function = tf.function(self._step)
+        self.function = tf.function(self._step, autograph=False)
 
     def __call__(self, stage_step, with_gradients=False):
         """Run stage step `stage_step` (an int); returns a `StepOutput` of tensors. With

@@ -87,9 +87,14 @@ class Trainer:
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None
-        draw = lambda: self.task.batch(config.batch_size)
+        # The step functions trace without AutoGraph (stagegan's own code has no tensor-
+        # dependent Python branches, and converting it, the optimizers and Keras tripled the
+        # trace time); the task's methods are converted, so they may use Python `if`/`for`
+        # over tensors as in any tf.function.
+        batch, losses = converted(self.task.batch), converted(self.task.losses)
+        draw = lambda: batch(config.batch_size)
         self.stage_steps = [
-            StageStep(stage, plans, draw, self.task.losses, replicas, self.global_step, after_step)
+            StageStep(stage, plans, draw, losses, replicas, self.global_step, after_step)
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
         ]
         self.guard = Guard(config.guard, self.placement.labels)
@@ -182,6 +187,20 @@ class Trainer:
 
     def trace_counts(self):
         return {s.stage.name: s.trace_count for s in self.stage_steps}
+
+
+def converted(method):
+    """A task's method (or any callable) converted by AutoGraph (see `Trainer.__init__`); the
+    callable itself when AutoGraph cannot convert it (no source code)."""
+    function = getattr(method, "__func__", method)
+    try:
+        graph_function = tf.autograph.to_graph(function)
+    except Exception:  # noqa: BLE001 - AutoGraph raises several kinds for unconvertible code
+        return method
+    owner = getattr(method, "__self__", None)
+    if owner is None:
+        return graph_function
+    return lambda *args: graph_function(owner, *args)
 
 
 def build_model(config, placement):

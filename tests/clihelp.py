@@ -26,6 +26,8 @@ TINY = [
     "checkpoint={every: 2, keep: 1}",
     "--set",
     "log.every=2",
+    "--set",
+    "log.tensorboard=false",  # TensorBoard output: tests/test_outputs.py
 ]
 
 
@@ -39,6 +41,21 @@ def stagegan(*args, cwd=ROOT, env=None):
         text=True,
         timeout=300,
     )
+
+
+def inprocess(*args):
+    """`stagegan ARGS` run in this process (no TensorFlow import to pay): where a test needs
+    no fresh process, only the command's result."""
+    import contextlib
+    import io
+    import types
+
+    from stagegan import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main([str(a) for a in args])
+    return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def assert_user_error(result, *words):

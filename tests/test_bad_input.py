@@ -19,7 +19,7 @@ import yaml
 from toytask import two_stage_config
 
 from stagegan import cli
-from stagegan.config import parse_config
+from stagegan.config import REQUIRED_TOP_LEVEL, TOP_LEVEL_DEFAULTS, parse_config
 from stagegan.loop import train
 from stagegan.training import Trainer
 
@@ -222,6 +222,26 @@ CASES = {
         [*TRAIN, *toy("devices.strategy=multi_worker")],
         ["devices.strategy: multi_worker needs TF_CONFIG"],
     ),
+    "deterministic not a bool": (
+        [*TRAIN, *toy("deterministic=maybe")],
+        ["deterministic: must be true or false"],
+    ),
+    "ema decay out of range": ([*TRAIN, *toy("ema.decay=2")], ["ema.decay: must be in [0, 1)"]),
+    "eval count below 4": ([*TRAIN, *toy("eval.count=2")], ["eval.count: must be at least 4"]),
+    "unknown progress mode": (
+        [*TRAIN, *toy("log.progress=fancy")],
+        ["log.progress: must be one of auto, bar, lines"],
+    ),
+    "unknown loss option": (
+        [*TRAIN, "--config", "mog_ring", "--set", "loss.bogus=1"],
+        ["loss.bogus: unknown key (known: adversarial)"],
+    ),
+    "name with a space": ([*TRAIN, *toy("name=bad name")], ["name: must be letters"]),
+    "negative sample interval": (
+        [*TRAIN, *toy("samples.every=-1")],
+        ["samples.every: must be at least 0"],
+    ),
+    "seed not an integer": ([*TRAIN, *toy("seed=abc")], ["seed: must be an integer"]),
     "launch with a bad config": (
         ["launch", "--workers", "2", *TRAIN, *toy("batch_size=9")],
         ["batch_size: 9 does not divide evenly across 2 towers"],
@@ -374,8 +394,11 @@ def snapshot(root):
     }
 
 
-def test_catalogue_has_enough_cases():
-    assert len(CASES) >= 25
+def test_every_config_section_has_a_bad_input_case():
+    """A top-level config key added without a case here fails this test."""
+    named = {words[0].split(":")[0].split(".")[0].split("[")[0] for _, words in CASES.values()}
+    sections = set(TOP_LEVEL_DEFAULTS) | set(REQUIRED_TOP_LEVEL)
+    assert sorted(sections - named) == []
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -130,9 +130,11 @@ def _value(trainer, path):
     return next(v.numpy() for v in trainer.variables if v.path == path)
 
 
-def test_all_three_stages_compile_with_xla_and_mixed_precision():
+def test_the_joint_stage_compiles_with_xla_and_mixed_precision():
     """`devices.jit` and `devices.mixed_precision` on the completion task (its crops and
-    masks must compile; its networks' bfloat16 outputs meet float32 images)."""
+    masks must compile; its networks' bfloat16 outputs meet float32 images). The joint stage
+    runs every computation of the three stages (reconstruction, both discriminators, every
+    loss term); each stage would be an XLA compile of its own."""
     config = parse_config(
         {
             "name": "c",
@@ -141,7 +143,7 @@ def test_all_three_stages_compile_with_xla_and_mixed_precision():
             "devices": {"towers": 1, "jit": True, "mixed_precision": True},
             "data": {"size": 16, "count": 32},
             "model": {"width": 4, "dilations": [2]},
-            "stages": STAGES,
+            "stages": STAGES[2:],
         }
     )
     trainer = Trainer(config)

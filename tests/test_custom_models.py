@@ -59,3 +59,19 @@ def test_bad_network_paths_name_the_key(model, words):
     assert error.value.key == f"model.{next(iter(model))}"
     for word in words:
         assert word in str(error.value)
+
+
+def test_a_task_may_branch_on_tensors_in_python():
+    """Stage steps trace without AutoGraph, but a task's own methods are converted: a Python
+    `if` on a tensor in `losses` works, and takes the branch the data says."""
+    from toytask import G, toy_config
+
+    stages = [{"name": "g", "steps": 1, "updates": [G]}]
+    plain = Trainer(parse_config(toy_config(stages, seed=1)))
+    branching = Trainer(parse_config(toy_config(stages, seed=1, task="toytask:branching_factory")))
+    position = next(iter(plain.schedule.positions()))
+    loss = lambda trainer: next(
+        float(v) for k, v in trainer.step(position).metrics.items() if k.endswith("/g_loss")
+    )
+    want = loss(plain)
+    assert want > 0 and loss(branching) == pytest.approx(2 * want)

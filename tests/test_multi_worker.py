@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import yaml
 from clihelp import ROOT, stagegan
-from test_training import ALL_KINDS, BATCH, LR_D, LR_G, SEED, reference_run, snapshot
+from test_training import BATCH, LR_D, LR_G, SEED, reference_run, snapshot
+from toytask import ALL_KINDS, optimizers, read_checkpoint, toy_config, variable_key
 
 from stagegan import cli
 from stagegan.config import parse_config
@@ -22,26 +22,21 @@ from stagegan.launch import free_ports, tf_config
 from stagegan.runs import find_checkpoint
 from stagegan.training import Trainer
 
-RAW = {
-    "name": "mw",
-    "seed": SEED,
-    "task": "toytask:factory",
-    "batch_size": BATCH,
-    "optimizers": {
-        "g": {"type": "sgd", "learning_rate": LR_G},
-        "d": {"type": "sgd", "learning_rate": LR_D},
-    },
-    "stages": ALL_KINDS,
-    "checkpoint": {"every": 2, "keep": 10},
-    "log": {"every": 1, "progress": "lines"},
-    "samples": {"every": 5, "count": 4},
-}
+RAW = toy_config(
+    ALL_KINDS,
+    "mw",
+    SEED,
+    BATCH,
+    optimizers=optimizers("sgd", LR_G, LR_D),
+    checkpoint={"every": 2, "keep": 10},
+    log={"every": 1, "progress": "lines"},
+    samples={"every": 5, "count": 4},
+)
 
 
 def weights(prefix, paths):
-    reader = tf.train.load_checkpoint(prefix)
-    key = lambda path: path.replace("/", ":") + "/.ATTRIBUTES/VARIABLE_VALUE"
-    return {path: reader.get_tensor(key(path)) for path in paths}
+    values = read_checkpoint(prefix)
+    return {path: values[variable_key(path)] for path in paths}
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
+from toytask import toy_config
 
 from stagegan.config import parse_config
 from stagegan.loop import train
@@ -30,18 +31,15 @@ STAGES = [
 
 
 def config(**changes):
-    raw = {
-        "name": "t",
-        "seed": SEED,
-        "task": "toytask:factory",
-        "batch_size": 8,
-        "stages": STAGES,
-        "log": {"every": 2, "histograms": 3, "progress": "lines"},
-        "samples": {"every": 2, "count": 16},
-        "checkpoint": {"every": 0},
-    }
-    raw.update(changes)
-    return parse_config(raw)
+    raw = toy_config(
+        STAGES,
+        "t",
+        SEED,
+        log={"every": 2, "histograms": 3, "progress": "lines"},
+        samples={"every": 2, "count": 16},
+        checkpoint={"every": 0},
+    )
+    return parse_config({**raw, **changes})
 
 
 def png_size(path):

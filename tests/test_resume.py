@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 import yaml
 from clihelp import ROOT, TINY, stagegan
+from toytask import D, G, read_checkpoint, toy_config
 
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import load_config, parse_config
@@ -91,9 +92,7 @@ def chain(tmp_path_factory):
     return base / "ref", run, results
 
 
-def tensors(prefix):
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(str(prefix))}
+tensors = read_checkpoint
 
 
 def records(path, drop=TIME_FIELDS):
@@ -155,33 +154,19 @@ def test_no_leftovers_and_index_matches_files(chain):
 
 # In process: the pieces -------------------------------------------------------------------
 
-TOY = {
-    "name": "toy",
-    "seed": 3,
-    "task": "toytask:factory",
-    "batch_size": 8,
-    "deterministic": True,
-    "optimizers": {"g": {"type": "adam", "learning_rate": 0.01}, "d": "sgd"},
-    "stages": [
-        {
-            "name": "d",
-            "steps": 3,
-            "updates": [{"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}],
-        },
-        {
-            "name": "joint",
-            "steps": 4,
-            "mode": "simultaneous",
-            "updates": [
-                {"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"},
-                {"train": "generator/*", "loss": "g_loss", "optimizer": "g"},
-            ],
-        },
+TOY = toy_config(
+    [
+        {"name": "d", "steps": 3, "updates": [D]},
+        {"name": "joint", "steps": 4, "mode": "simultaneous", "updates": [D, G]},
     ],
-    "checkpoint": {"every": 2, "keep": 5},
-    "log": {"every": 1, "tensorboard": False},
-    "samples": None,
-}
+    "toy",
+    3,
+    deterministic=True,
+    optimizers={"g": {"type": "adam", "learning_rate": 0.01}, "d": "sgd"},
+    checkpoint={"every": 2, "keep": 5},
+    log={"every": 1, "tensorboard": False},
+    samples=None,
+)
 
 
 @pytest.fixture(scope="module")

@@ -6,26 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from clihelp import TINY, assert_user_error, stagegan
+from clihelp import TINY, assert_user_error, inprocess, stagegan
 from test_outputs import png_size
 
 from stagegan import metrics
-
-
-def inprocess(*args):
-    """`stagegan ARGS` run in this process (no TensorFlow import to pay): where a test needs
-    no fresh process, only the command's result."""
-    import contextlib
-    import io
-    import types
-
-    from stagegan import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = cli.main([str(a) for a in args])
-    return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
-
 
 COMPLETION = [
     "--set",
@@ -44,13 +28,17 @@ COMPLETION = [
     "samples.every=0",
     "--set",
     "log.every=1",
+    "--set",
+    "eval.count=16",
+    "--set",
+    "log.tensorboard=false",
 ]
 
 
 @pytest.fixture(scope="module")
 def mog(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("mog") / "run"
-    result = stagegan(
+    result = inprocess(
         "train",
         "--config",
         "mog_ring",
@@ -67,7 +55,7 @@ def mog(tmp_path_factory):
 @pytest.fixture(scope="module")
 def completion(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("completion") / "run"
-    result = stagegan(
+    result = inprocess(
         "train", "--config", "completion_quick", "--run-dir", str(run_dir), *COMPLETION
     )
     assert result.returncode == 0, result.stderr
@@ -122,7 +110,7 @@ def test_sample_same_seed_same_bytes(mog, tmp_path):
 
 def test_eval_matches_coverage_computed_by_hand_from_the_samples(mog, tmp_path):
     sample(mog, tmp_path / "p.npy", 300, 9, run=inprocess)
-    result = stagegan("eval", "--run", str(mog), "--count", "300", "--seed", "9", "--json")
+    result = inprocess("eval", "--run", str(mog), "--count", "300", "--seed", "9", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     modes, quality, kl = coverage_by_hand(np.load(tmp_path / "p.npy"))
@@ -137,7 +125,7 @@ def test_eval_matches_coverage_computed_by_hand_from_the_samples(mog, tmp_path):
 
 def test_eval_table_and_eval_jsonl(mog):
     before = (mog / "eval.jsonl").read_text().splitlines() if (mog / "eval.jsonl").exists() else []
-    result = stagegan("eval", "--run", str(mog), "--checkpoint", "7", "--count", "100")
+    result = inprocess("eval", "--run", str(mog), "--checkpoint", "7", "--count", "100")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "step 7  (ema: no)"
     assert "modes_total   8" in result.stdout
@@ -149,7 +137,7 @@ def test_eval_table_and_eval_jsonl(mog):
 
 
 def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
-    result = stagegan(
+    result = inprocess(
         "sample", "--run", str(completion), "--num", "3", "--output", str(tmp_path / "c.png")
     )
     assert result.returncode == 0, result.stderr
@@ -185,7 +173,7 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
 def test_completion_eval_by_hand_with_both_baselines(completion):
     from stagegan.runs import restore_run
 
-    result = stagegan("eval", "--run", str(completion), "--count", "16", "--seed", "2", "--json")
+    result = inprocess("eval", "--run", str(completion), "--count", "16", "--seed", "2", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["metrics"]
     trainer, _ = restore_run(completion)
@@ -231,7 +219,7 @@ def test_completion_eval_by_hand_with_both_baselines(completion):
 
 
 WGAN_SHRINK = ["data.count=64", "model.width=4", "model.latent_dim=4", "batch_size=8",
-               "stages[0].steps=2", "samples=null"]  # fmt: skip
+               "stages[0].steps=2", "samples=null", "log.tensorboard=false"]  # fmt: skip
 DEAD_PROXY = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
 
 
@@ -249,18 +237,22 @@ def wgan(tmp_path_factory):
 
 def test_fid_kid_on_shapes_default_to_the_shapes_features_and_all_held_out_images(wgan):
     from stagegan import metrics, shapes_net
+    from stagegan.evaluation import Evaluation
     from stagegan.runs import restore_run
 
-    result = inprocess("eval", "--run", str(wgan), "--json")
+    trainer, _ = restore_run(wgan)
+    # FID's usual 10,000 samples: the whole held-out split of `shapes` (what `eval` without
+    # --count evaluates; computing it is left to the user, as it takes a while here).
+    default = Evaluation(trainer, wgan, seed=trainer.config.seed)
+    assert default.count == 10000 and default.features_spec == "shapes"
+    # By hand, on 1,000: the same real and generated images through the shipped classifier.
+    result = inprocess("eval", "--run", str(wgan), "--json", "--count", "1000")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["metrics"]
-    # FID's usual 10,000 samples: the whole held-out split of `shapes`, said in the output.
-    assert report["count"] == 10000 and report["features"] == "shapes_net"
+    assert report["count"] == 1000 and report["features"] == "shapes_net"
     assert report["held_out"] is True and report["kid_std"] > 0
-    # By hand: the same real and generated images through the shipped classifier.
-    trainer, _ = restore_run(wgan)
-    real, _ = trainer.task.reference_images(10000, trainer.config.seed)
-    inputs, _ = trainer.task.sample_inputs(10000, trainer.config.seed)
+    real, _ = trainer.task.reference_images(1000, trainer.config.seed)
+    inputs, _ = trainer.task.sample_inputs(1000, trainer.config.seed)
     fake = trainer.sample({"z": inputs["z"]}).numpy()
     extract = shapes_net.extractor()
     fid = metrics.frechet_distance(np.asarray(extract(real)), np.asarray(extract(fake)))
@@ -272,10 +264,15 @@ def test_a_count_beyond_the_held_out_split_is_refused_naming_its_size(wgan):
     assert_user_error(result, "--count", "10001", "held-out split", "10000")
 
 
-def test_inception_offline_or_missing_weights_say_so_and_custom_features_work(wgan):
-    result = stagegan(
-        "eval", "--run", str(wgan), "--count", "20", "--features", "inception", env=DEAD_PROXY
-    )
+def offline(monkeypatch):
+    """No way to the internet: downloads (InceptionV3's weights) fail at once."""
+    for name, value in DEAD_PROXY.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_inception_offline_or_missing_weights_say_so_and_custom_features_work(wgan, monkeypatch):
+    offline(monkeypatch)
+    result = inprocess("eval", "--run", str(wgan), "--count", "20", "--features", "inception")
     assert_user_error(result, "--features", "InceptionV3", "offline", "inception:")
     result = inprocess(
         "eval", "--run", str(wgan), "--count", "20", "--features", "inception:/no/such.h5"
@@ -292,13 +289,14 @@ def test_inception_offline_or_missing_weights_say_so_and_custom_features_work(wg
     assert report["fid"] > 0 and np.isfinite(report["kid"]) and report["kid_std"] >= 0
 
 
-def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path):
+def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, monkeypatch):
     # Offline Inception features: one line naming eval.features, with hints that work in a
     # config (not the eval command's --features), and no run folder, no used-up number.
-    result = stagegan(
-        "train", "--config", "wgan_gp_shapes", *shrunk("eval={every: 0, features: inception}"),
-        cwd=tmp_path, env=DEAD_PROXY,
-    )  # fmt: skip
+    offline(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    result = inprocess(
+        "train", "--config", "wgan_gp_shapes", *shrunk("eval={every: 0, features: inception}")
+    )
     assert_user_error(result, "eval.features", "eval: null", "inception:")
     assert "--features" not in result.stderr
     assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import tensorflow as tf
+from toytask import D_UPDATE, G_UPDATE, optimizers, toy_config
 
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
@@ -13,25 +14,15 @@ from stagegan.plan import describe_plan
 from stagegan.resume import check_changes
 from stagegan.training import Trainer
 
-D = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
-G = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
+D, G = D_UPDATE, G_UPDATE
 
 
 def raw(g_rate, d_rate=0.01, stages=None):
-    return {
-        "name": "sched",
-        "task": "toytask:factory",
-        "batch_size": 8,
-        "optimizers": {
-            "g": {"type": "sgd", "learning_rate": g_rate},
-            "d": {"type": "sgd", "learning_rate": d_rate},
-        },
-        "stages": stages
-        or [
-            {"name": "d_only", "steps": 3, "updates": [{**D, "repeat": 2}]},
-            {"name": "alternating", "steps": 4, "updates": [D, G]},
-        ],
-    }
+    stages = stages or [
+        {"name": "d_only", "steps": 3, "updates": [{**D, "repeat": 2}]},
+        {"name": "alternating", "steps": 4, "updates": [D, G]},
+    ]
+    return toy_config(stages, "sched", optimizers=optimizers("sgd", g_rate, d_rate))
 
 
 def rate_of(spec, iteration):

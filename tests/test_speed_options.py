@@ -95,3 +95,23 @@ def test_jit_with_variables_apart_from_the_towers_is_refused(devices, words):
     with pytest.raises(ConfigError) as info:
         Trainer(config(2, ALL_KINDS, devices=devices))
     assert info.value.key == "devices.jit" and words in info.value.message
+
+
+def test_loss_scale_counters_survive_a_checkpoint(tmp_path):
+    """The loss scale and its count of good steps are checkpointed: a restored run goes on
+    with them (as the guard's skips in a row: tests/test_guard.py)."""
+    # Alternating (G every 2nd step) and joint: 3 + 3 steps.
+    trainer = Trainer(config(1, ALL_KINDS[2:], devices={"towers": 1, "mixed_precision": True}))
+    for position in trainer.schedule.positions():
+        trainer.step(position)
+    counters = lambda t: {
+        k: (float(s.scale.numpy()), int(s.good.numpy())) for k, s in t.loss_scales.items()
+    }
+    saved = counters(trainer)
+    # One good step per application: g 2 (every 2nd of 3 steps) + 3, d 3 + 3.
+    assert saved == {"g": (2.0**15, 5), "d": (2.0**15, 6)}
+    path = trainer.checkpoint.write(str(tmp_path / "ckpt"))
+    fresh = Trainer(trainer.config)
+    assert counters(fresh) == {"g": (2.0**15, 0), "d": (2.0**15, 0)}
+    fresh.checkpoint.read(path).assert_existing_objects_matched()
+    assert counters(fresh) == saved

@@ -12,6 +12,7 @@ from stagegan.errors import ConfigError
 from stagegan.placement import resolve_placement
 from stagegan.replicas import (
     TowerReplicas,
+    average,
     contribution,
     kept_gradients,
     split_batch,
@@ -19,8 +20,8 @@ from stagegan.replicas import (
 )
 
 
-def average(replica_grads, variables):
-    """The averaging rule, as TowerReplicas runs it: each replica's contribution, summed."""
+def averaged(replica_grads, variables):
+    """The averaging rule, as TowerReplicas runs it: contributions, summed, averaged."""
     plan = SimpleNamespace(variables=variables, terms=())
     kept = kept_gradients([[grads] for grads in replica_grads], [plan])
     count = len(replica_grads)
@@ -28,7 +29,7 @@ def average(replica_grads, variables):
         contribution([plan], {}, [grads], kept, index, count, guarded=False)
         for index, grads in enumerate(replica_grads)
     ]
-    return kept[0], sum_contributions(parts)
+    return kept[0], average(sum_contributions(parts), [plan], kept, count, guarded=False)
 
 
 def test_average_drops_none_and_means_over_towers():
@@ -37,21 +38,21 @@ def test_average_drops_none_and_means_over_towers():
         [tf.constant(1.0), None, tf.constant(3.0)],
         [tf.constant(3.0), None, tf.constant(6.0)],
     ]
-    kept, means = average(tower_grads, v)
+    kept, means = averaged(tower_grads, v)
     assert [float(g) for g in means] == [2.0, 4.5]
     assert kept == [True, False, True]
 
 
 def test_average_counts_a_missing_tower_gradient_as_zero():
     v = [tf.Variable(0.0)]
-    kept, means = average([[None], [tf.constant(4.0)]], v)
+    kept, means = averaged([[None], [tf.constant(4.0)]], v)
     assert float(means[0]) == 2.0 and kept == [True]
 
 
 def test_average_densifies_indexed_slices():
     v = tf.Variable(tf.zeros([3, 2]))
     slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1]), tf.constant([3, 2]))
-    _, means = average([[slices], [tf.zeros([3, 2])]], [v])
+    _, means = averaged([[slices], [tf.zeros([3, 2])]], [v])
     np.testing.assert_array_equal(means[0].numpy(), [[0, 0], [0.5, 0.5], [0, 0]])
 
 

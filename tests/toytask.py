@@ -81,37 +81,86 @@ def factory(options, rngs):
     return ToyTask(options, rngs)
 
 
-# Run configs over the toy task, shared by the tests ------------------------------------------
+# Run configs over the toy task, and checkpoint reading: the one set the tests share --------
 
 D_UPDATE = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
 G_UPDATE = {"name": "generator", "train": "generator/*", "loss": "g_loss", "optimizer": "g"}
+# Unnamed: an update's name then defaults to its optimizer key (g, d).
+G = {"train": "generator/*", "loss": "g_loss", "optimizer": "g"}
+D = {"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}
+# Every kind of stage, 10 steps: g 2 + 2 + 3 applications, d 4 + 3 + 3.
+ALL_KINDS = [
+    {"name": "g_only", "steps": 2, "updates": [G]},
+    {"name": "d_only", "steps": 2, "updates": [{**D, "repeat": 2}]},
+    {"name": "alternating", "steps": 3, "updates": [D, {**G, "every": 2}]},
+    {"name": "joint", "steps": 3, "mode": "simultaneous", "updates": [D, G]},
+]
+
+
+def optimizers(kind="sgd", g=0.1, d=0.05):
+    """Named optimizers `g` and `d` of one kind."""
+    return {"g": {"type": kind, "learning_rate": g}, "d": {"type": kind, "learning_rate": d}}
+
+
+def toy_config(stages, name="toy", seed=0, batch_size=8, **changes):
+    """A raw run config over the toy task (SGD `optimizers()` unless `changes` say);
+    `changes` override top-level keys."""
+    raw = {
+        "name": name,
+        "seed": seed,
+        "task": "toytask:factory",
+        "batch_size": batch_size,
+        "optimizers": optimizers(),
+        "stages": stages,
+    }
+    raw.update(changes)
+    return raw
 
 
 def two_stage_config(name, seed, first, joint, first_name="d_only", first_updates=None, **changes):
     """A raw run config: `first` steps of D alone (or `first_updates`), then `joint` steps of D
     and G together; Adam at 0.01, a checkpoint every step, a log line every step, TensorBoard
     and sample dumps off. `changes` override top-level keys."""
-    raw = {
-        "name": name,
-        "seed": seed,
-        "task": "toytask:factory",
-        "batch_size": 8,
-        "optimizers": {
-            "g": {"type": "adam", "learning_rate": 0.01},
-            "d": {"type": "adam", "learning_rate": 0.01},
-        },
-        "stages": [
-            {"name": first_name, "steps": first, "updates": first_updates or [D_UPDATE]},
-            {
-                "name": "joint",
-                "steps": joint,
-                "mode": "simultaneous",
-                "updates": [D_UPDATE, G_UPDATE],
-            },
-        ],
+    stages = [
+        {"name": first_name, "steps": first, "updates": first_updates or [D_UPDATE]},
+        {"name": "joint", "steps": joint, "mode": "simultaneous", "updates": [D_UPDATE, G_UPDATE]},
+    ]
+    defaults = {
+        "optimizers": optimizers("adam", 0.01, 0.01),
         "checkpoint": {"every": 1, "keep": 10},
         "log": {"every": 1, "tensorboard": False},
         "samples": None,
     }
-    raw.update(changes)
-    return raw
+    return toy_config(stages, name, seed, **{**defaults, **changes})
+
+
+def read_checkpoint(prefix):
+    """Every value in a checkpoint: `{key: array}`, keyed as `tf.train.list_variables` names
+    them (`generator:hidden:kernel/.ATTRIBUTES/VARIABLE_VALUE`)."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+
+
+def variable_key(path):
+    """The checkpoint key of a network variable (`generator/hidden/kernel`) or of a top-level
+    object (`global_step`)."""
+    return path.replace("/", ":") + "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class BranchingToyTask(ToyTask):
+    """The toy task with a Python `if` on a tensor in its losses: a task's methods run
+    through AutoGraph, as in any `tf.function`. The branch scales g_loss by 2 when the
+    batch mean of x is above `data.mean`'s first coordinate minus 10 (always, here)."""
+
+    def losses(self, batch, terms):
+        out = super().losses(batch, terms)
+        if "g_loss" in out:
+            if tf.reduce_mean(batch["x"][:, 0]) > self.data["mean"] - 10.0:
+                out["g_loss"] = 2.0 * out["g_loss"]
+            else:
+                out["g_loss"] = out["g_loss"] + 0.0
+        return out
+
+
+def branching_factory(options, rngs):
+    return BranchingToyTask(options, rngs)
