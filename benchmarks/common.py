@@ -66,7 +66,8 @@ def timed(run, steps):
     began = time.perf_counter()
     for _ in range(steps):
         result = run()
-    float(next(iter(result.values())))
+    values = getattr(result, "metrics", result)  # a stage step's StepOutput, or a dict
+    float(next(iter(values.values())))
     return (time.perf_counter() - began) / steps
 
 

@@ -5,6 +5,7 @@ Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit 
 """
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -46,6 +47,25 @@ def build_parser():
     train.add_argument(
         "--checkpoint",
         help="with --resume: resume from this checkpoint (its global step) instead",
+    )
+    train.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="start the new run's networks (and EMA) from run folder RUN's newest checkpoint, "
+        "by variable path; optimizers, step and random streams start fresh (config: init.run)",
+    )
+    train.add_argument(
+        "--init-checkpoint",
+        metavar="STEP",
+        type=int,
+        help="with --init-from: that run's checkpoint at global step STEP instead",
+    )
+    train.add_argument(
+        "--init-only",
+        metavar="PATTERN",
+        action="append",
+        help="with --init-from: copy only the variables matching this glob pattern "
+        "(repeatable), e.g. 'generator/*'",
     )
     train.set_defaults(func=cmd_train)
 
@@ -163,7 +183,11 @@ def cmd_train(args):
         return resume_train(args)
     if args.checkpoint is not None:
         raise ConfigError("--checkpoint", "only with --resume RUN")
+    args.set = [*args.set, *init_overrides(args)]
     config = load(args)
+    from stagegan.warmstart import resolve_init
+
+    config, init_prefix = resolve_init(config)
     chief = is_chief_process(config, args)
     if args.run_dir and chief:
         check_new_run_dir(args.run_dir)
@@ -172,6 +196,10 @@ def cmd_train(args):
     from stagegan.training import Trainer
 
     trainer = Trainer(config)
+    if init_prefix is not None:
+        from stagegan.warmstart import warm_start
+
+        warm_start(trainer, init_prefix)
     if chief:
         check_evaluation(trainer)  # before the run folder exists, and the slow trace
     trainer.trace()
@@ -187,6 +215,20 @@ def cmd_train(args):
     return 0
 
 
+def init_overrides(args):
+    """`--init-from RUN [--init-checkpoint STEP] [--init-only P ...]` as `--set init=...`."""
+    if args.init_from is None:
+        for flag, value in (
+            ("--init-checkpoint", args.init_checkpoint),
+            ("--init-only", args.init_only),
+        ):
+            if value is not None:
+                raise ConfigError(flag, "only with --init-from RUN")
+        return []
+    init = {"run": args.init_from, "checkpoint": args.init_checkpoint, "only": args.init_only}
+    return [f"init={json.dumps(init)}"]
+
+
 def resume_train(args):
     """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.resume)."""
     from pathlib import Path
@@ -194,7 +236,11 @@ def resume_train(args):
     from stagegan.resume import commit, plan_resume, restore
     from stagegan.rundirs import lock_run_dir
 
-    for flag, value in (("--config", args.config), ("--run-dir", args.run_dir)):
+    for flag, value in (
+        ("--config", args.config),
+        ("--run-dir", args.run_dir),
+        ("--init-from", args.init_from),
+    ):
         if value is not None:
             raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
     logger = logging.getLogger("stagegan")
@@ -339,8 +385,6 @@ def cmd_sample(args):
 
 
 def cmd_eval(args):
-    import json
-
     from stagegan.runs import check_run, evaluate_run, restore_run
 
     if args.count is not None and args.count < 4:

@@ -72,9 +72,11 @@ TOP_LEVEL_DEFAULTS = {
     "ema": None,
     "eval": None,
     "guard": {"policy": "skip", "max_consecutive": 20},
+    "init": None,
 }
 DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
+INIT_DEFAULTS = {"run": None, "checkpoint": None, "only": None}
 EVAL_DEFAULTS = {"every": 0, "count": None, "features": None}
 PROGRESS = ("auto", "bar", "lines")
 GUARD_POLICIES = ("skip", "stop", "off")
@@ -243,6 +245,18 @@ class GuardConfig:
 
 
 @dataclass(frozen=True)
+class InitConfig:
+    """A warm start (`train --init-from RUN`): the networks (and the EMA, when both runs keep
+    one) start from the weights of checkpoint `checkpoint` (a global step; None: the newest)
+    of run folder `run`, by variable path; `only` (glob patterns, None: every network
+    variable) restricts which. Optimizers, the step and the random streams start fresh."""
+
+    run: str
+    checkpoint: object  # int, or None for the newest
+    only: object  # tuple of patterns, or None
+
+
+@dataclass(frozen=True)
 class EmaConfig:
     """An exponential moving average of one network's weights, used for sampling.
 
@@ -282,6 +296,7 @@ class RunConfig:
     ema: object  # EmaConfig, or None when disabled
     eval: object  # EvalConfig, or None when disabled
     guard: GuardConfig
+    init: object  # InitConfig, or None for a cold start
     raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
 
     @property
@@ -447,6 +462,7 @@ def parse_config(raw):
         samples=_parse_samples(resolved),
         ema=_parse_ema(resolved),
         eval=_parse_eval(resolved),
+        init=_parse_init(resolved),
         guard=GuardConfig(
             policy=guard["policy"],
             max_consecutive=_integer(guard["max_consecutive"], "guard.max_consecutive", 1),
@@ -705,6 +721,30 @@ def _parse_eval(resolved):
         every=_integer(value["every"], "eval.every", minimum=0),
         count=None if count is None else _integer(count, "eval.count", minimum=4),
         features=features,
+    )
+
+
+def _parse_init(resolved):
+    """`init: {run, checkpoint, only}`; None is a cold start."""
+    value = _optional_section(resolved, "init", INIT_DEFAULTS)
+    if value is None:
+        return None
+    if value["run"] is None:
+        raise ConfigError("init.run", "required key is missing (the run folder to start from)")
+    checkpoint = value["checkpoint"]
+    only = value["only"]
+    if isinstance(only, str):
+        only = [only]
+    if only is not None and (
+        not isinstance(only, list) or not only or not all(isinstance(p, str) and p for p in only)
+    ):
+        raise ConfigError(
+            "init.only", f"must be a pattern or a list of patterns. Received: {only!r}"
+        )
+    return InitConfig(
+        run=_string(value["run"], "init.run"),
+        checkpoint=None if checkpoint is None else _integer(checkpoint, "init.checkpoint", 0),
+        only=None if only is None else tuple(only),
     )
 
 

@@ -31,6 +31,10 @@ def describe_plan(trainer):
             else ""
         ),
     ]
+    if config.init is not None:
+        which = ", ".join(config.init.only) if config.init.only else "every network variable"
+        step = "newest" if config.init.checkpoint is None else f"step {config.init.checkpoint}"
+        lines.append(f"warm start: {which} from {config.init.run} (checkpoint: {step})")
     scopes = {}
     for variable in trainer.variables:
         scopes.setdefault(scope_of(variable), []).append(variable)

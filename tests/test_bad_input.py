@@ -242,6 +242,15 @@ CASES = {
         ["samples.every: must be at least 0"],
     ),
     "seed not an integer": ([*TRAIN, *toy("seed=abc")], ["seed: must be an integer"]),
+    "warm start from a folder that is not a run": (
+        [*TRAIN, *toy(), "--init-from", "{root}/not_a_run"],
+        ["init.run: {root}/not_a_run is not a run folder"],
+    ),
+    "warm start with --resume": (
+        ["train", "--resume", "{root}/run", "--init-from", "{root}/run"],
+        ["--init-from: not with --resume"],
+    ),
+    "init without its run": ([*TRAIN, *toy("init={only: 'generator/*'}")], ["init.run: required"]),
     "launch with a bad config": (
         ["launch", "--workers", "2", *TRAIN, *toy("batch_size=9")],
         ["batch_size: 9 does not divide evenly across 2 towers"],

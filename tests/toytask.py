@@ -1,6 +1,7 @@
 """A tiny GAN for tests, used through the `package.module:factory` path like a user's task.
 
-G: z (2) -> Dense(3, tanh) -> Dense(2).  D: x (2) -> Dense(4, tanh) -> Dense(1).
+G: z (2) -> Dense(3, tanh) -> Dense(2) (model.hidden: the 3).
+D: x (2) -> Dense(4, tanh) -> Dense(1).
 Real data: N((1, -1), 0.5^2). Loss terms:
     d_loss = mean softplus(-D(x)) + mean softplus(D(stop_gradient(G(z))))
     g_loss = mean softplus(-D(G(z)))
@@ -22,14 +23,14 @@ class ToyTask(Task):
     loss_terms = ("d_loss", "g_loss")
     defaults = {
         "data": {"mean": 1.0, "nan_draws": None, "nan_row": 0},
-        "model": {"batchnorm": False, "generator_batchnorm": False},
+        "model": {"batchnorm": False, "generator_batchnorm": False, "hidden": 3},
         "loss": {},
     }
 
     def build(self):
         with keras.name_scope("generator"):
             z = keras.Input((2,))
-            h = keras.layers.Dense(3, activation="tanh", name="hidden")(z)
+            h = keras.layers.Dense(self.model["hidden"], activation="tanh", name="hidden")(z)
             if self.model["generator_batchnorm"]:
                 h = keras.layers.BatchNormalization(name="bn")(h)
             self.generator = keras.Model(z, keras.layers.Dense(2, name="out")(h))

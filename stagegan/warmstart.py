@@ -1,0 +1,129 @@
+"""Warm start: a new run whose networks start from another run's checkpoint.
+
+    python -m stagegan train --config C --init-from runs/00003-x [--init-checkpoint 5000]
+                             [--init-only 'generator/*']
+
+The flags set the config's `init:` section, which the new run's `config.yaml` keeps (with the
+checkpoint's step filled in), so the run records where its weights came from. Every network
+variable (weights and state such as BatchNorm statistics; `init.only` restricts them by glob
+pattern) takes the checkpoint's value under the same Keras path; the EMA too, when both runs
+keep one of the same network (else it starts from the copied weights). Optimizers, the global
+step and the random streams start fresh, as in any new run. A resumed run restores its own
+checkpoints and never warm-starts again.
+
+`resolve_init` checks the source run without TensorFlow; `warm_start` copies, after checking
+every variable first: a missing variable or a shape mismatch is one `ConfigError` naming it,
+and nothing is copied.
+"""
+
+import logging
+
+import tensorflow as tf
+
+from stagegan.config import apply_overrides, parse_config
+from stagegan.errors import ConfigError
+from stagegan.runs import checkpoint_entries, run_config
+from stagegan.training import is_rng_state
+from stagegan.variables import select_variables
+
+log = logging.getLogger("stagegan")
+SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def resolve_init(config):
+    """`(config, prefix)`: the source checkpoint of `config.init` (None: no warm start), and
+    the config with `init.checkpoint` set to that checkpoint's step.
+
+    Raises:
+        ConfigError: the source is not a run folder, has no checkpoint, or none at that step.
+    """
+    init = config.init
+    if init is None:
+        return config, None
+    run_config(init.run, key="init.run")
+    store, entries = checkpoint_entries(init.run, key="init.run")
+    if not entries:
+        raise ConfigError("init.run", f"{init.run} has no checkpoint yet")
+    if init.checkpoint is None:
+        entry = entries[-1]
+    else:
+        found = [e for e in entries if e["step"] == init.checkpoint]
+        if not found:
+            steps = ", ".join(str(e["step"]) for e in entries)
+            raise ConfigError(
+                "init.checkpoint",
+                f"{init.run} has no checkpoint at step {init.checkpoint} (steps: {steps})",
+            )
+        entry = found[0]
+    problem = store.verify(entry)
+    if problem:
+        raise ConfigError("init.run", f"{store.path_of(entry)}: {problem}")
+    if init.checkpoint is None:
+        raw = apply_overrides(config.raw, [f"init.checkpoint={entry['step']}"])
+        config = parse_config(raw)
+    return config, store.path_of(entry)
+
+
+def warm_start(trainer, prefix):
+    """Copy the networks' (and EMA's) values from checkpoint `prefix` into `trainer`.
+
+    Returns:
+        The number of network variables copied.
+
+    Raises:
+        ConfigError: the checkpoint is unreadable, or lacks a variable, or holds it in
+            another shape; `init.only` patterns that match nothing.
+    """
+    init = trainer.config.init
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError("init.run", f"cannot read {prefix}: {first}") from None
+    weights = [w for net in trainer.networks.values() for w in net.weights if not is_rng_state(w)]
+    if init.only is not None:
+        weights = select_variables(init.only, weights, "init.only")
+    values = {}
+    for variable in weights:
+        values[id(variable)] = _value(reader, shapes, variable.path, variable, prefix)
+    averages = []
+    if trainer.ema is not None:
+        chosen = {id(w) for w in weights}
+        for source, average in zip(trainer.ema.sources, trainer.ema.averages, strict=True):
+            if id(source) not in chosen:
+                continue
+            key = "ema:" + source.path
+            found = _key(key) in shapes and list(shapes[_key(key)]) == list(source.shape)
+            value = reader.get_tensor(_key(key)) if found else values[id(source)]
+            averages.append((average, value))
+    for variable in weights:
+        variable.assign(values[id(variable)])
+    for average, value in averages:
+        average.assign(value)
+    log.info(
+        "warm start: %d network variables%s from %s",
+        len(weights),
+        f" ({', '.join(init.only)})" if init.only else "",
+        prefix,
+    )
+    return len(weights)
+
+
+def _key(path):
+    return path.replace("/", ":") + SUFFIX
+
+
+def _value(reader, shapes, path, variable, prefix):
+    key = _key(path)
+    if key not in shapes:
+        raise ConfigError(
+            "init.run",
+            f"{path} is not in {prefix} (the networks differ; --init-only PATTERN copies a part)",
+        )
+    if list(shapes[key]) != list(variable.shape):
+        raise ConfigError(
+            "init.run",
+            f"{path} has shape {list(variable.shape)} here but {list(shapes[key])} in {prefix}",
+        )
+    return reader.get_tensor(key)
