@@ -185,7 +185,7 @@ def cmd_train(args):
         raise ConfigError("--checkpoint", "only with --resume RUN")
     args.set = [*args.set, *init_overrides(args)]
     config = load(args)
-    from stagegan.warmstart import resolve_init
+    from stagegan.runs import resolve_init
 
     config, init_prefix = resolve_init(config)
     chief = is_chief_process(config, args)
@@ -408,11 +408,15 @@ def quiet_logs():
 
 
 def import_tensorflow():
-    """Import TensorFlow without its start-up noise on stderr.
+    """Import TensorFlow, and keep the native log lines of TensorFlow, XLA, gRPC and CUDA off
+    stderr for the rest of the process.
 
-    TensorFlow's C++ logging prints CUDA-probing lines during import even with
-    TF_CPP_MIN_LOG_LEVEL=3, which would bury stagegan's one-line errors. Set
-    STAGEGAN_TF_LOGS=1 to see everything.
+    Native code writes to file descriptor 2 directly, at import and later (device set-up, a
+    multi-worker cluster's coordination service), whatever TF_CPP_MIN_LOG_LEVEL says; those
+    lines would bury stagegan's one-line errors. So descriptor 2 goes to /dev/null and Python's
+    `sys.stderr` (stagegan's messages, warnings, tracebacks) keeps the real stderr. Set
+    STAGEGAN_TF_LOGS=1 to see everything. A process that already imported TensorFlow (a
+    notebook, the tests) is left alone.
     """
     if "tensorflow" in sys.modules or os.environ.get("STAGEGAN_TF_LOGS"):
         import tensorflow  # noqa: F401
@@ -420,18 +424,18 @@ def import_tensorflow():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.stderr.flush()
-    saved = os.dup(2)
+    real = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
     try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            try:
-                import keras  # noqa: F401
-                import tensorflow  # noqa: F401
-            finally:
-                os.dup2(saved, 2)
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
     except ImportError as e:
+        os.dup2(real, 2)
+        os.close(real)
         raise ConfigError(
             "tensorflow", f"cannot import TensorFlow ({e}); pip install tensorflow"
         ) from None
-    finally:
-        os.close(saved)
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=encoding, errors="backslashreplace")

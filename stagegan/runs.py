@@ -17,7 +17,7 @@ import numpy as np
 
 from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
-from stagegan.config import parse_config, read_yaml
+from stagegan.config import apply_overrides, parse_config, read_yaml
 from stagegan.errors import ConfigError
 
 EVAL_LOG = "eval.jsonl"
@@ -70,6 +70,40 @@ def find_checkpoint(run_dir, checkpoint=None):
     if not os.path.exists(prefix + ".index"):
         raise ConfigError("--checkpoint", f"no checkpoint at {prefix} (no {prefix}.index)")
     return prefix
+
+
+def resolve_init(config):
+    """`(config, prefix)`: the source checkpoint of `config.init` (None: no warm start), and
+    the config with `init.checkpoint` set to that checkpoint's step.
+
+    Raises:
+        ConfigError: the source is not a run folder, has no checkpoint, or none at that step.
+    """
+    init = config.init
+    if init is None:
+        return config, None
+    run_config(init.run, key="init.run")
+    store, entries = checkpoint_entries(init.run, key="init.run")
+    if not entries:
+        raise ConfigError("init.run", f"{init.run} has no checkpoint yet")
+    if init.checkpoint is None:
+        entry = entries[-1]
+    else:
+        found = [e for e in entries if e["step"] == init.checkpoint]
+        if not found:
+            steps = ", ".join(str(e["step"]) for e in entries)
+            raise ConfigError(
+                "init.checkpoint",
+                f"{init.run} has no checkpoint at step {init.checkpoint} (steps: {steps})",
+            )
+        entry = found[0]
+    problem = store.verify(entry)
+    if problem:
+        raise ConfigError("init.run", f"{store.path_of(entry)}: {problem}")
+    if init.checkpoint is None:
+        raw = apply_overrides(config.raw, [f"init.checkpoint={entry['step']}"])
+        config = parse_config(raw)
+    return config, store.path_of(entry)
 
 
 def check_run(run_dir, checkpoint=None):

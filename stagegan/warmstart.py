@@ -11,7 +11,7 @@ keep one of the same network (else it starts from the copied weights). Optimizer
 step and the random streams start fresh, as in any new run. A resumed run restores its own
 checkpoints and never warm-starts again.
 
-`resolve_init` checks the source run without TensorFlow; `warm_start` copies, after checking
+`runs.resolve_init` checks the source run without TensorFlow; `warm_start` copies, after checking
 every variable first: a missing variable or a shape mismatch is one `ConfigError` naming it,
 and nothing is copied.
 """
@@ -20,48 +20,12 @@ import logging
 
 import tensorflow as tf
 
-from stagegan.config import apply_overrides, parse_config
 from stagegan.errors import ConfigError
-from stagegan.runs import checkpoint_entries, run_config
 from stagegan.training import is_rng_state
 from stagegan.variables import select_variables
 
 log = logging.getLogger("stagegan")
 SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-def resolve_init(config):
-    """`(config, prefix)`: the source checkpoint of `config.init` (None: no warm start), and
-    the config with `init.checkpoint` set to that checkpoint's step.
-
-    Raises:
-        ConfigError: the source is not a run folder, has no checkpoint, or none at that step.
-    """
-    init = config.init
-    if init is None:
-        return config, None
-    run_config(init.run, key="init.run")
-    store, entries = checkpoint_entries(init.run, key="init.run")
-    if not entries:
-        raise ConfigError("init.run", f"{init.run} has no checkpoint yet")
-    if init.checkpoint is None:
-        entry = entries[-1]
-    else:
-        found = [e for e in entries if e["step"] == init.checkpoint]
-        if not found:
-            steps = ", ".join(str(e["step"]) for e in entries)
-            raise ConfigError(
-                "init.checkpoint",
-                f"{init.run} has no checkpoint at step {init.checkpoint} (steps: {steps})",
-            )
-        entry = found[0]
-    problem = store.verify(entry)
-    if problem:
-        raise ConfigError("init.run", f"{store.path_of(entry)}: {problem}")
-    if init.checkpoint is None:
-        raw = apply_overrides(config.raw, [f"init.checkpoint={entry['step']}"])
-        config = parse_config(raw)
-    return config, store.path_of(entry)
 
 
 def warm_start(trainer, prefix):

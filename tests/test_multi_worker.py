@@ -4,6 +4,7 @@ killed mid-run."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,6 +77,17 @@ def test_only_the_chief_writes(launched):
     assert [json.loads(line)["step"] for line in manifest] == [2, 4, 5, 7, 10]
     # Worker 1 logs warnings only: no per-step lines of its own.
     assert not [line for line in result.stdout.splitlines() if line.startswith("[worker 1] [")]
+
+
+def test_no_native_log_lines_from_any_worker(launched):
+    """TensorFlow's, gRPC's and the coordination service's own lines (about 30 in a 2-worker
+    launch) stay off the output of every worker; stagegan's lines stay."""
+    _, _, result, _ = launched
+    native = re.compile(r"^(\[worker \d+\] )?([IWEF]\d{4} |WARNING: All log messages|To enable)")
+    output = (result.stdout + result.stderr).splitlines()
+    assert [line for line in output if native.match(line)] == []
+    assert result.stderr.strip() == ""
+    assert any(line.startswith("[joint] step 10/10") for line in output)
 
 
 def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_path):

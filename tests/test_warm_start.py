@@ -11,8 +11,9 @@ from toytask import read_checkpoint, two_stage_config, variable_key
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
 from stagegan.loop import train
+from stagegan.runs import resolve_init
 from stagegan.training import Trainer
-from stagegan.warmstart import resolve_init, warm_start
+from stagegan.warmstart import warm_start
 
 SOURCE = two_stage_config("source", 3, 2, 2, model={"batchnorm": True}, ema={"decay": 0.5})
 
