@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import yaml
 from clihelp import ROOT, TINY, stagegan
-from toytask import D, G, read_checkpoint, toy_config
+from toytask import D, G, finished_run, read_checkpoint, toy_config
 
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import load_config, parse_config
@@ -172,12 +172,7 @@ TOY = toy_config(
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     """A finished 7-step toy run folder, made in process; tests copy it."""
-    run_dir = tmp_path_factory.mktemp("toy") / "run"
-    run_dir.mkdir()
-    config = parse_config(TOY)
-    (run_dir / "config.yaml").write_text(config.to_yaml())
-    train(Trainer(config), run_dir)
-    return run_dir
+    return finished_run(tmp_path_factory.mktemp("toy") / "run", TOY)
 
 
 def copy_run(source, target):

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import yaml
 from clihelp import inprocess
-from toytask import read_checkpoint, two_stage_config, variable_key
+from toytask import finished_run, read_checkpoint, two_stage_config, variable_key
 
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
-from stagegan.loop import train
 from stagegan.runs import resolve_init
 from stagegan.training import Trainer
 from stagegan.warmstart import warm_start
@@ -21,12 +20,7 @@ SOURCE = two_stage_config("source", 3, 2, 2, model={"batchnorm": True}, ema={"de
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """A finished 4-step toy run (BatchNorm in D, an EMA of G), checkpoints at every step."""
-    run_dir = tmp_path_factory.mktemp("warm") / "source"
-    run_dir.mkdir()
-    config = parse_config(SOURCE)
-    (run_dir / "config.yaml").write_text(config.to_yaml())
-    train(Trainer(config), run_dir)
-    return run_dir
+    return finished_run(tmp_path_factory.mktemp("warm") / "source", SOURCE)
 
 
 def new_config(source, seed=11, **init):

@@ -135,6 +135,20 @@ def two_stage_config(name, seed, first, joint, first_name="d_only", first_update
     return toy_config(stages, name, seed, **{**defaults, **changes})
 
 
+def finished_run(run_dir, raw):
+    """Train run config `raw` to its end, in process, into the new folder `run_dir` (with its
+    `config.yaml`, as the CLI writes it); returns `run_dir`."""
+    from stagegan.config import parse_config
+    from stagegan.loop import train
+    from stagegan.training import Trainer
+
+    run_dir.mkdir()
+    config = parse_config(raw)
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    train(Trainer(config), run_dir)
+    return run_dir
+
+
 def read_checkpoint(prefix):
     """Every value in a checkpoint: `{key: array}`, keyed as `tf.train.list_variables` names
     them (`generator:hidden:kernel/.ATTRIBUTES/VARIABLE_VALUE`)."""
