@@ -211,7 +211,6 @@ class MetricsLog(Callback):
     def run(self, tick):
         position = tick.position
         self.meter.pending.append(tick.output.metrics)
-        self.meter.steps += 1
         stage_step = self.trainer.stage_steps[position.stage_index]
         batches = stage_step.batches_per_step(position.stage_step)
         self.meter.examples += batches * self.config.batch_size
@@ -404,7 +403,6 @@ class Meter:
     """Throughput and metrics since the last log line."""
 
     start: float
-    steps: int = 0
     examples: int = 0
     pending: list = field(default_factory=list)  # each step's metric tensors
     carried: dict = field(default_factory=dict)  # {name: [sum, count]} from before a resume

@@ -106,11 +106,15 @@ class Replicas:
         run = lambda shard, scope: replica_pass(forward, updates, shard, state, scales, scope)
         totals, kept, writes, local = self._run(plans, run, batch, guarded)
         written = {id(v): w for v, w in zip(state, writes, strict=True) if w is not None}
-        out = []
+        with tf.device(self.variables):  # random layers' seeds advance whatever is applied
+            for variable in state:
+                if is_rng_state(variable) and id(variable) in written:
+                    variable.assign(local(written[id(variable)]))
+        out, totals = [], iter(totals)
         for plan, mask in zip(plans, kept, strict=True):
-            grads = [totals.pop(0) for has in mask if has]
-            means = {t: totals.pop(0) for t in plan.terms}
-            detail = totals.pop(0) if guarded else None
+            grads = [next(totals) for has in mask if has]
+            means = {t: next(totals) for t in plan.terms}
+            detail = next(totals) if guarded else None
             out.append(
                 Averaged(
                     variables=tuple(v for v, has in zip(plan.variables, mask, strict=True) if has),
@@ -231,6 +235,12 @@ class StrategyReplicas(Replicas):
             lambda grads: optimizer.apply_gradients(zip(grads, variables, strict=True)),
             args=(averaged.payload,),
         )
+
+
+def is_rng_state(variable):
+    """Whether `variable` is the state of a Keras `SeedGenerator` (Dropout's masks): not
+    network state (see the module doc)."""
+    return variable.name == "seed_generator_state"
 
 
 def own_gradient_reduction(optimizer):

@@ -6,7 +6,7 @@ train(trainer, run_dir)                      # the loop (stagegan.loop): steps, 
 
 `Trainer.__init__` runs small builders, each returning a record: the placement
 (`stagegan.placement`), the model (task, networks, variables), the updates (variable
-selections, optimizers, guards) and the stage steps.
+optimizers, guards) and the stage steps.
 """
 
 import contextlib
@@ -24,7 +24,7 @@ from stagegan.layers import power_iteration_hook
 from stagegan.optimizers import make_optimizer
 from stagegan.placement import resolve_placement
 from stagegan.precision import LossScale, dtype_policy, policy_name
-from stagegan.replicas import own_gradient_reduction
+from stagegan.replicas import is_rng_state, own_gradient_reduction
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
 from stagegan.tasks import make_task
@@ -50,7 +50,6 @@ class Model:
 class Updates:
     """What `build_updates` returns: every update bound to variables and optimizers."""
 
-    selections: dict  # update key -> matched variables
     optimizers: dict  # optimizer key -> built Keras optimizer
     loss_scales: dict  # optimizer key -> precision.LossScale (mixed precision only)
     in_a_row: dict  # update name -> the guard's checkpointed counter
@@ -256,7 +255,7 @@ def build_updates(config, model, placement):
         )
         for stage in config.stages
     )
-    return Updates(selections, optimizers, loss_scales, in_a_row, plans)
+    return Updates(optimizers, loss_scales, in_a_row, plans)
 
 
 def trained_state(networks, variables):
@@ -271,11 +270,6 @@ def trained_state(networks, variables):
         for v in network.non_trainable_variables
         if not is_rng_state(v)
     )
-
-
-def is_rng_state(variable):
-    """Whether `variable` is the state of a Keras `SeedGenerator` (Dropout's masks)."""
-    return variable.name == "seed_generator_state"
 
 
 def select_all(config, model):

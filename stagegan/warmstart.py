@@ -21,7 +21,7 @@ import logging
 import tensorflow as tf
 
 from stagegan.errors import ConfigError
-from stagegan.training import is_rng_state
+from stagegan.replicas import is_rng_state
 from stagegan.variables import select_variables
 
 log = logging.getLogger("stagegan")

@@ -120,3 +120,32 @@ def test_devices_resolve_to_logical_cpus_and_check_the_batch():
         resolve_placement(devices(("/GPU:0",)), 4)
     with pytest.raises(ConfigError, match="already started with 4 CPU devices"):
         resolve_placement(devices(6), 6)
+
+
+def test_dropout_seeds_advance_on_every_pass_even_in_a_frozen_network():
+    """A random layer's seed is not network state: it advances with every pass (one draw,
+    tower 0's), even when no update trains its network, so masks differ from step to step."""
+    with keras.name_scope("discriminator"):
+        x_in = keras.Input((3,))
+        model = keras.Model(x_in, keras.layers.Dense(1)(keras.layers.Dropout(0.5, seed=1)(x_in)))
+    (seed,) = [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
+    replicas = TowerReplicas(["/CPU:0", "/CPU:1"], "/CPU:0", lambda: model.non_trainable_variables)
+    plan = SimpleNamespace(
+        update=SimpleNamespace(loss=(("l", 1.0),)),
+        terms=("l",),
+        variables=tuple(model.trainable_variables),
+        state=(),  # frozen: no state of its own may change
+    )
+    terms = lambda shard, names: {"l": tf.reduce_mean(model(shard["x"], training=True))}
+
+    @tf.function
+    def step():
+        (averaged,) = replicas.compute([plan], {"x": tf.ones([8, 3])}, terms, guarded=False)
+        return averaged.terms["l"]
+
+    start = seed.numpy().copy()
+    first = float(step())
+    np.testing.assert_array_equal(seed.numpy() - start, [0, 1])  # one draw per pass
+    second = float(step())
+    np.testing.assert_array_equal(seed.numpy() - start, [0, 2])
+    assert first != second  # a new mask
