@@ -245,7 +245,7 @@ def resume_train(args):
             raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
     logger = logging.getLogger("stagegan")
     plan = plan_resume(args.resume, args.set, args.checkpoint)
-    if plan.step >= plan.config.total_steps:
+    if plan.step >= plan.total_steps:
         logger.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
         return 0
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
@@ -255,7 +255,7 @@ def resume_train(args):
     from stagegan.training import Trainer
 
     chief = is_chief_process(plan.config, args)
-    trainer = Trainer(plan.config)
+    trainer = Trainer(plan.config, plan.ends, plan.until)
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
     if chief:
@@ -330,7 +330,7 @@ def cmd_launch(args):
                 f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
                 "resumes multi_worker runs (resume this one with train --resume)",
             )
-        if plan.step >= plan.config.total_steps:
+        if plan.step >= plan.total_steps:
             print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
             return 0
     else:

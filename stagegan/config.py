@@ -82,7 +82,14 @@ PROGRESS = ("auto", "bar", "lines")
 GUARD_POLICIES = ("skip", "stop", "off")
 SECTIONS = ("devices", "checkpoint", "log", "samples", "guard")  # always-present mappings
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
-STAGE_KEYS = ("name", "steps", "mode", "updates")
+STAGE_KEYS = ("name", "steps", "mode", "updates", "until")
+UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode")
+UNTIL_KEYS += ("check_every", "min_steps")
+UNTIL_CHECK_EVERY = 100
+# Eval metrics whose direction `until: {eval: ...}` knows (the last part of the name);
+# any other needs `mode: min` or `mode: max`.
+LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl")
+HIGHER_IS_BETTER = ("psnr", "ssim", "modes", "high_quality")
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
 STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 
@@ -166,14 +173,53 @@ class Update:
 
 
 @dataclass(frozen=True)
+class Until:
+    """A stage's end condition (`until:`), checked after every `check_every` steps of the
+    stage once `min_steps` are done; the stage's `steps` stay its upper bound.
+
+    Either a threshold (`metric` set): the mean of a logged step metric (`<update>/<term>`,
+    `/loss`, `/grad_norm`) over the steps since the last check is `above` or `below` a value;
+    or a plateau (`eval` set): an evaluation metric has not improved by more than `min_delta`
+    for `patience` checks in a row (`mode`: min or max, which way is better).
+    """
+
+    metric: object  # str, or None for a plateau
+    above: object  # float or None
+    below: object
+    eval: object  # str, or None for a threshold
+    patience: int
+    min_delta: float
+    mode: str
+    check_every: int
+    min_steps: int
+    key: str
+
+    def describe(self):
+        """`d/d_fake_accuracy (mean since the last check) > 0.9, checked every 100 steps`."""
+        if self.metric is not None:
+            sign, value = (">", self.above) if self.above is not None else ("<", self.below)
+            text = f"{self.metric} (mean since the last check) {sign} {value:g}"
+        else:
+            better = "lower" if self.mode == "min" else "higher"
+            text = (
+                f"eval {self.eval} ({better} is better) has not improved by more than "
+                f"{self.min_delta:g} for {self.patience} checks"
+            )
+        after = f" from stage step {self.min_steps}" if self.min_steps else ""
+        return f"{text}, checked every {self.check_every} steps{after}"
+
+
+@dataclass(frozen=True)
 class Stage:
-    """One stage: `steps` stage steps, each running `updates` in `mode`."""
+    """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (an
+    `Until`, else None) it may end earlier."""
 
     name: str
     steps: int
     mode: str
     updates: tuple
     key: str
+    until: object = None
 
 
 @dataclass(frozen=True)
@@ -485,16 +531,20 @@ def check_batch_divides(batch_size, replicas):
 
 # Overrides ----------------------------------------------------------------------------------
 
-_INDEX = re.compile(r"\[(\d+)\]")
+_INDEX = re.compile(r"\[(\d+|\+)\]")
+APPEND = "+"  # `stages[+]=...`: append to a list
 
 
 def parse_key_path(path):
-    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']."""
+    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']; `stages[+]` ->
+    ['stages', '+'] (append; only as the last part)."""
     parts = []
     for piece in _INDEX.sub(r".\1", path).split("."):
         if piece == "":
             raise ConfigError("--set", f"malformed key path {path!r}")
         parts.append(int(piece) if piece.isdigit() else piece)
+    if APPEND in parts[:-1]:
+        raise ConfigError(path, "--set: [+] (append) may only end a key path")
     return parts
 
 
@@ -534,6 +584,7 @@ def apply_overrides(raw, overrides):
     reads that file first, so `--set stages[2].steps=100` works with `stages: glcic`, and
     `--set optimizers.d.learning_rate=1e-4` reaches the file's named optimizers. YAML anchors
     are unshared first, so setting one use of an aliased mapping changes that use only.
+    `[+]` at the end of a path appends to a list: `--set 'stages[+]={name: more, ...}'`.
     """
     raw = unshare(raw)
     for item in overrides:
@@ -542,6 +593,11 @@ def apply_overrides(raw, overrides):
             _inline_stage_file(raw, parts[0])
         node = _override_parent(raw, parts, path_text)
         last = parts[-1]
+        if last == APPEND:
+            if not isinstance(node, list):
+                raise ConfigError(path_text, "--set: [+] appends to a list, and this is not one")
+            node.append(value)
+            continue
         if isinstance(last, int):
             if not isinstance(node, list) or last >= len(node):
                 raise ConfigError(path_text, "--set: no such list item")
@@ -849,8 +905,76 @@ def _parse_stages(value, named):
                 update = dataclasses.replace(update, name=f"{update.name}{j}")
             update_names.add(update.name)
             updates.append(update)
-        stages.append(Stage(name=name, steps=steps, mode=mode, updates=tuple(updates), key=key))
+        until = None
+        if stage_raw.get("until") is not None:
+            until = _parse_until(stage_raw["until"], f"{key}.until", steps)
+        stages.append(
+            Stage(name=name, steps=steps, mode=mode, updates=tuple(updates), key=key, until=until)
+        )
     return tuple(stages), optimizers, shared
+
+
+def _parse_until(value, key, steps):
+    until = _mapping(value, key)
+    _check_keys(until, UNTIL_KEYS, key)
+    check_every = _integer(until.get("check_every", UNTIL_CHECK_EVERY), f"{key}.check_every", 1)
+    min_steps = _integer(until.get("min_steps", 0), f"{key}.min_steps", 0)
+    if min_steps >= steps:
+        raise ConfigError(
+            f"{key}.min_steps", f"must be below the stage's steps ({steps}). Received: {min_steps}"
+        )
+    kinds = [k for k in ("metric", "eval") if until.get(k) is not None]
+    if len(kinds) != 1:
+        raise ConfigError(
+            key,
+            "needs exactly one of metric (a threshold on a logged quantity) or eval (a plateau "
+            f"of an evaluation metric). Received: {until!r}",
+        )
+    fields = {"check_every": check_every, "min_steps": min_steps, "key": key}
+    if kinds == ["metric"]:
+        _check_unused(until, ("patience", "min_delta", "mode"), key, "metric")
+        bounds = [b for b in ("above", "below") if until.get(b) is not None]
+        if len(bounds) != 1:
+            raise ConfigError(key, "a metric threshold needs exactly one of above or below")
+        return Until(
+            metric=_string(until["metric"], f"{key}.metric"),
+            above=_number(until["above"], f"{key}.above") if bounds == ["above"] else None,
+            below=_number(until["below"], f"{key}.below") if bounds == ["below"] else None,
+            eval=None,
+            patience=0,
+            min_delta=0.0,
+            mode="",
+            **fields,
+        )
+    _check_unused(until, ("above", "below"), key, "eval")
+    name = _string(until["eval"], f"{key}.eval")
+    last = name.rsplit("/", 1)[-1]
+    default = "min" if last in LOWER_IS_BETTER else "max" if last in HIGHER_IS_BETTER else None
+    mode = until.get("mode", default)
+    if mode not in ("min", "max"):
+        raise ConfigError(
+            f"{key}.mode",
+            f"must be min or max (which way {name!r} is better). Received: {mode!r}",
+        )
+    min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
+    if min_delta < 0:
+        raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")
+    return Until(
+        metric=None,
+        above=None,
+        below=None,
+        eval=name,
+        patience=_integer(until.get("patience", 3), f"{key}.patience", 1),
+        min_delta=min_delta,
+        mode=mode,
+        **fields,
+    )
+
+
+def _check_unused(mapping, keys, key, kind):
+    for name in keys:
+        if mapping.get(name) is not None:
+            raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kind}")
 
 
 def _parse_update(value, key, mode, named, optimizers, shared):

@@ -121,14 +121,12 @@ class Evaluation:
         return found
 
     def stage_checkpoint(self, stage):
-        """The path of `stage`'s stage-end checkpoint in this run, or None."""
+        """The path of `stage`'s (last) stage-end checkpoint in this run, or None."""
         if self.run_dir is None:
             return None
         store = CheckpointStore(self.run_dir / "checkpoints", None, 1)
-        for entry in store.entries():
-            if f"stage_end:{stage.name}" in entry["tags"]:
-                return store.path_of(entry)
-        return None
+        found = [e for e in store.entries() if f"stage_end:{stage.name}" in e["tags"]]
+        return store.path_of(found[-1]) if found else None  # an extended stage ends later
 
     def stage_end_step(self, stage):
         """The global step at which `stage` ends."""

@@ -19,7 +19,15 @@ import numpy as np
 log = logging.getLogger("stagegan")
 
 METRICS = "metrics.jsonl"
-RECORD_FIELDS = ("step", "stage", "stage_step", "time", "wall_time", "examples_per_sec")
+RECORD_FIELDS = (
+    "step",
+    "stage",
+    "stage_step",
+    "time",
+    "wall_time",
+    "examples_per_sec",
+    "stage_ended",
+)
 
 
 class RunLog:
@@ -213,14 +221,16 @@ class Progress:
     def stage_started(self, position, resumed=False):
         stage = self.schedule.stages[position.stage_index]
         log.info(
-            "stage %d/%d %r: %s, %d steps%s, updates: %s",
+            "stage %d/%d %r: %s, %s%d steps%s, updates: %s%s",
             position.stage_index + 1,
             len(self.schedule.stages),
             stage.name,
             stage.mode,
+            "at most " if stage.until else "",
             stage.steps,
             f" (from step {position.stage_step})" if resumed else "",
             ", ".join(u.name for u in stage.updates),
+            f"; until {stage.until.describe()}" if stage.until else "",
         )
         self.values, self.drawn = {}, 0.0
 
@@ -315,7 +325,7 @@ def smooth(values, weight):
     return out
 
 
-def plot_losses(records, stages, path, total_steps=None):
+def plot_losses(records, stages, path, total_steps=None, ended=()):
     """Draw the loss curves of `records` (from metrics.jsonl) into the PNG `path`.
 
     One panel per loss value, all on one x axis (global steps 0 to `total_steps`, or to the
@@ -328,15 +338,17 @@ def plot_losses(records, stages, path, total_steps=None):
         stages: `[(name, first global step)]`, in order.
         path: the PNG to write (atomically).
         total_steps: the right end of the x axis (the run's length).
+        ended: global steps where a stage ended on its `until` condition (a solid red line
+            under the dashed boundary).
     """
-    figure = loss_figure(records, stages, total_steps)
+    figure = loss_figure(records, stages, total_steps, ended)
     tmp = f"{path}.tmp.png"
     figure.savefig(tmp, dpi=PLOT_DPI, format="png")
     os.replace(tmp, path)
     return path
 
 
-def loss_figure(records, stages, total_steps=None):
+def loss_figure(records, stages, total_steps=None, ended=()):
     """The matplotlib `Figure` that `plot_losses` saves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -361,6 +373,8 @@ def loss_figure(records, stages, total_steps=None):
         else:
             axes.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=0.8)
             axes.plot(steps, smooth(values, weight), color="tab:blue", linewidth=1.5)
+        for step in ended:
+            axes.axvline(step, color="tab:red", linewidth=1.2, alpha=0.7)
         for stage_index, (_, first) in enumerate(stages):
             if stage_index:
                 axes.axvline(first, color="grey", linestyle="--", linewidth=0.8)

@@ -12,7 +12,8 @@ in one list, in this order:
     LossPlots     plots/losses.png, redrawn at every stage end
 
 A `Tick` says where the loop is: the position, the global steps done after it, whether the
-stage or the run ends there, and the step's `StepOutput`.
+stage or the run ends there, and the step's `StepOutput`. Before the callbacks run, a stage's
+`until:` condition (`stagegan.until`) may end the stage at that step.
 """
 
 import logging
@@ -38,6 +39,7 @@ from stagegan.logs import (
     tensorboard_session_start,
 )
 from stagegan.samples import SampleDumper
+from stagegan.until import Conditions
 
 log = logging.getLogger("stagegan")
 
@@ -52,6 +54,8 @@ class Tick:
     stage_done: bool  # the stage ends with this step
     final: bool  # the run ends with this step
     output: object = None  # the step's steps.StepOutput
+    ended: object = None  # why the stage's `until` ended it here (a string), or None
+    evaluation: object = None  # an evaluation the `until` check ran at this step
 
 
 def train(trainer, run_dir, stop_after=None, run_name=None):
@@ -125,7 +129,8 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
 def _loop(trainer, run_dir, store, signals, stop_after):
     schedule = trainer.schedule
     start = trainer.step_count
-    callbacks = make_callbacks(trainer, run_dir, store, signals, start)
+    conditions = Conditions(schedule, check_evaluation(trainer), trainer.until_state)
+    callbacks = make_callbacks(trainer, run_dir, store, signals, start, conditions)
     metrics, histograms = callbacks[0], callbacks[1]
     try:
         for position in schedule.positions(start):
@@ -138,6 +143,7 @@ def _loop(trainer, run_dir, store, signals, stop_after):
                 for event in trainer.guard.events:
                     append_jsonl(run_dir / "guard.jsonl", event)
                 trainer.guard.events.clear()
+            conditions.check(tick)
             for callback in callbacks:
                 if callback.due(tick):
                     callback.run(tick)
@@ -160,7 +166,7 @@ def make_tick(schedule, position):
     )
 
 
-def make_callbacks(trainer, run_dir, store, signals, start):
+def make_callbacks(trainer, run_dir, store, signals, start, conditions):
     """The run's callbacks, in the order they run after a step (see the module doc)."""
     config = trainer.config
     evaluation = check_evaluation(trainer)
@@ -171,10 +177,12 @@ def make_callbacks(trainer, run_dir, store, signals, start):
     callbacks = [metrics, Histograms(trainer, runlog)]
     if config.samples:
         callbacks.append(Samples(SampleDumper(trainer, run_dir, config.samples), runlog))
-    callbacks.append(Checkpoints(trainer, store, metrics, signals, run_dir))
+    callbacks.append(Checkpoints(trainer, store, metrics, signals, run_dir, conditions))
     if evaluation is not None:
         evaluation.run_dir = run_dir
-        callbacks.append(EvaluationCallback(evaluation, config.eval.every, runlog, metrics))
+        scheduled = config.eval is not None
+        every = config.eval.every if scheduled else 0
+        callbacks.append(EvaluationCallback(evaluation, every, runlog, metrics, scheduled))
     callbacks.append(LossPlots(trainer.schedule, runlog, run_dir))
     return callbacks
 
@@ -220,6 +228,7 @@ class MetricsLog(Callback):
         now = time.perf_counter()
         last = self.meter.means()
         rate = self.meter.rate(now)
+        ended = {"stage_ended": tick.ended} if tick.ended else {}
         self.runlog.scalars(
             {
                 "step": tick.done,
@@ -228,6 +237,7 @@ class MetricsLog(Callback):
                 "time": round(now - self.began, 3),
                 "wall_time": round(time.time(), 3),
                 "examples_per_sec": round(rate, 2),
+                **ended,
                 **last,
             }
         )
@@ -277,11 +287,13 @@ class Samples(Callback):
 class Checkpoints(Callback):
     """Checkpoints at stage ends (`stage_end:<stage>`, and `final`), every `checkpoint.every`
     steps (`periodic`), and after a signal (`interrupted`, then `Interrupted` is raised).
-    Never one with non-finite values (`GuardStop` instead)."""
+    Never one with non-finite values (`GuardStop` instead). The index entry also keeps the
+    log interval's partial means and the `until` checks' state."""
 
-    def __init__(self, trainer, store, metrics, signals, run_dir):
+    def __init__(self, trainer, store, metrics, signals, run_dir, conditions):
         self.trainer, self.store, self.metrics = trainer, store, metrics
         self.signals, self.run_dir = signals, run_dir
+        self.conditions = conditions
         self.every = trainer.config.checkpoint.every
 
     def tags(self, tick):
@@ -303,7 +315,8 @@ class Checkpoints(Callback):
                 f"[{tick.stage.name}] step {tick.done}: refusing to write a checkpoint with "
                 f"non-finite values in {', '.join(bad[:3])}{more}"
             )
-        path = self.store.save(tick.done, tags, {"log_pending": self.metrics.meter.state()})
+        extra = {"log_pending": self.metrics.meter.state(), "until": self.conditions.state()}
+        path = self.store.save(tick.done, tags, extra)
         if tick.stage_done:
             log.info("checkpoint %s (%s)", path, ", ".join(tags))
         if self.signals.received:
@@ -321,19 +334,25 @@ class Checkpoints(Callback):
 
 
 class EvaluationCallback(Callback):
-    """In-training evaluation (`eval.every` steps and stage ends): numbers into metrics.jsonl
-    and TensorBoard, and a log line. It runs after the step's checkpoint, so a stage's own
-    end is a baseline it can find."""
+    """In-training evaluation (`eval.every` steps and stage ends, when `scheduled`, and the
+    evaluations of `until` plateaus): numbers into metrics.jsonl and TensorBoard, and a log
+    line. It runs after the step's checkpoint, so a stage's own end is a baseline it can
+    find."""
 
-    def __init__(self, evaluation, every, runlog, metrics):
+    def __init__(self, evaluation, every, runlog, metrics, scheduled=True):
         self.evaluation, self.every = evaluation, every
         self.runlog, self.metrics = runlog, metrics
+        self.scheduled = scheduled
 
     def due(self, tick):
-        return tick.stage_done or bool(self.every and tick.done % self.every == 0)
+        if tick.evaluation is not None:
+            return True
+        return self.scheduled and (
+            tick.stage_done or bool(self.every and tick.done % self.every == 0)
+        )
 
     def run(self, tick):
-        result = self.evaluation.run()
+        result = tick.evaluation if tick.evaluation is not None else self.evaluation.run()
         values = {
             f"eval/{k}": v
             for k, v in result["metrics"].items()
@@ -357,41 +376,42 @@ class LossPlots(Callback):
 
     def __init__(self, schedule, runlog, run_dir):
         self.schedule, self.runlog, self.folder = schedule, runlog, run_dir / "plots"
-        self.boundaries = [
-            (stage.name, schedule.stage_end(i) - stage.steps)
-            for i, stage in enumerate(schedule.stages)
-        ]
 
     def due(self, tick):
         return tick.stage_done
 
     def run(self, tick):
         self.folder.mkdir(exist_ok=True)
+        schedule = self.schedule
         plot_losses(
             read_metrics(self.runlog.path),
-            self.boundaries,
+            [(stage.name, schedule.starts[i]) for i, stage in enumerate(schedule.stages)],
             self.folder / "losses.png",
-            total_steps=self.schedule.total_steps,
+            total_steps=schedule.total_steps,
+            ended=[schedule.stage_end(i) for i in sorted(schedule.ends)],
         )
 
 
 def check_evaluation(trainer):
-    """The run's in-training `Evaluation` (None without `eval`), with what it needs loaded:
+    """The run's in-training `Evaluation` (None without `eval` or an `until` plateau), with
+    what it needs loaded:
     feature extractors that cannot load, or an `eval.count` larger than the real images,
     fail here, before a run folder exists, not in an hour. Kept on the trainer."""
     config = trainer.config
-    if config.eval is None:
+    plateaus = [s.until for s in config.stages if s.until is not None and s.until.eval]
+    if config.eval is None and not plateaus:
         return None
     evaluation = getattr(trainer, "evaluation", None)
     if evaluation is None:
+        where = "eval" if config.eval is not None else plateaus[0].key
         evaluation = Evaluation(
             trainer,
             None,
-            count=config.eval.count,
+            count=config.eval.count if config.eval else None,
             seed=config.seed,
-            features=config.eval.features,
-            features_key="eval.features",
-            count_key="eval.count",
+            features=config.eval.features if config.eval else None,
+            features_key=f"{where}.features",
+            count_key=f"{where}.count",
         )
         evaluation.check()
         trainer.evaluation = evaluation

@@ -64,6 +64,36 @@ ADVERSARIAL = {
 }
 
 
+# The discriminator output at which it calls a sample real: logits (and critics) by sign;
+# least squares regresses fakes to 0 and reals to 1.
+DECISION = {"least_squares": 0.5}
+ACCURACY_TERMS = ("d_real_accuracy", "d_fake_accuracy")
+
+
+def discriminator_accuracy(real, fake, threshold=0.0):
+    """`{d_real_accuracy, d_fake_accuracy}`: the shares of real samples (packs) that the
+    discriminator calls real (output above `threshold`) and of generated ones it calls fake."""
+    real, fake = tf.cast(real, tf.float32), tf.cast(fake, tf.float32)
+    return {
+        "d_real_accuracy": _mean(real > threshold),
+        "d_fake_accuracy": _mean(fake <= threshold),
+    }
+
+
+class AccuracyMonitor:
+    """A task's `d_accuracy(real_logits, fake_logits, terms)` for adversarial loss `name`:
+    the requested accuracy terms (see `discriminator_accuracy`)."""
+
+    def __init__(self, name):
+        self.threshold = DECISION.get(name, 0.0)
+
+    def __call__(self, real, fake, terms):
+        if not set(ACCURACY_TERMS) & set(terms):
+            return {}
+        values = discriminator_accuracy(real, fake, self.threshold)
+        return {k: v for k, v in values.items() if k in terms}
+
+
 def adversarial(name, key="loss.adversarial"):
     """The `(d_loss, g_loss)` pair called `name`."""
     if name not in ADVERSARIAL:

@@ -12,7 +12,8 @@ def describe_plan(trainer):
     per_tower = config.batch_size // len(towers)
     lines = [
         f"run {config.name}: task {config.task}, seed {config.seed}, "
-        f"{len(config.stages)} stages, {schedule.total_steps} steps",
+        f"{len(config.stages)} stages, {schedule.total_steps} steps"
+        + (" at most" if any(s.until for s in config.stages) else ""),
         f"backend: {config.devices.strategy}; "
         + (
             f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
@@ -73,6 +74,8 @@ def describe_plan(trainer):
             f"stage {index} {stage.name!r}: {stage.steps} steps "
             f"(global {first}..{first + stage.steps - 1}), mode {stage.mode}"
         )
+        if stage.until is not None:
+            lines.append(f"  until: {stage.until.describe()}; at most {stage.steps} steps")
         for plan in stage_step.plans:
             update = plan.update
             loss = " + ".join(f"{w:g}*{t}" for t, w in update.loss)

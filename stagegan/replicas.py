@@ -100,7 +100,7 @@ class Replicas:
             One `Averaged` per plan.
         """
         state = list(self.state_variables())
-        terms = tuple(dict.fromkeys(t for plan in plans for t in plan.terms))
+        terms = tuple(dict.fromkeys(t for plan in plans for t in plan.reported))
         updates = [(plan.update.loss, plan.variables) for plan in plans]
         forward = lambda shard: compute_terms(shard, terms)
         run = lambda shard, scope: replica_pass(forward, updates, shard, state, scales, scope)
@@ -113,7 +113,7 @@ class Replicas:
         out, totals = [], iter(totals)
         for plan, mask in zip(plans, kept, strict=True):
             grads = [next(totals) for has in mask if has]
-            means = {t: next(totals) for t in plan.terms}
+            means = {t: next(totals) for t in plan.reported}
             detail = next(totals) if guarded else None
             out.append(
                 Averaged(
@@ -307,7 +307,7 @@ def contribution(plans, terms, gradients, kept, index, count, guarded):
             if has
         ]
         parts += grads
-        parts += [terms[t] for t in plan.terms]
+        parts += [terms[t] for t in plan.reported]
         if guarded:
             bad = tf.cast(tf.logical_not(finite_flags(terms, plan.terms, grads)), tf.float32)
             parts.append(tf.one_hot(index, count)[:, None] * bad[None, :])
@@ -330,7 +330,7 @@ def average(totals, plans, kept, count, guarded):
         return list(totals)
     out, values = [], iter(totals)
     for plan, mask in zip(plans, kept, strict=True):
-        out += [next(values) / count for _ in range(sum(mask) + len(plan.terms))]
+        out += [next(values) / count for _ in range(sum(mask) + len(plan.reported))]
         if guarded:
             out.append(next(values))
     return out

@@ -33,6 +33,8 @@ from stagegan.logs import append_jsonl, tensorboard_session_start
 from stagegan.runs import checkpoint_entries, find_checkpoint, run_config
 from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
+from stagegan.until import stage_ends
+from stagegan.variables import slug
 
 RESUME_LOG = "resume.jsonl"
 # What `--set` may change on resume: keys that do not change what was already computed.
@@ -46,9 +48,12 @@ SAFE = (
     re.compile(r"devices\.(towers(\[\d+\])?|variables|strategy|jit)"),
 )
 STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
+STAGE_UNTIL = re.compile(r"stages\[(\d+)\]\.until(\..*)?")
 SAFE_TEXT = (
-    "learning rates, the steps of stages not yet reached, and log.every, log.histograms, "
-    "samples.every, checkpoint.every, eval (any of it), and devices (but for mixed_precision)"
+    "learning rates; the steps of the current stage (more than it has run) and of stages not "
+    "yet reached; the until of stages not yet reached; new stages at the end (stages[+]) and "
+    "new named optimizers for them; log.every, log.histograms, samples.every, "
+    "checkpoint.every, eval (any of it), and devices (but for mixed_precision)"
 )
 # Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
 STEP_LOGS = ("metrics.jsonl", "guard.jsonl", "samples/manifest.jsonl")
@@ -59,7 +64,10 @@ class ResumePlan:
     """A checked resume: the run's config with the accepted changes, and where to start.
 
     `entry` is the checkpoint's index entry (None: no checkpoint yet, start from step 0);
-    `changes` maps each changed key path to `(old, new)`.
+    `changes` maps each changed key path to `(old, new)`; `kept_stages`: how many stages the
+    run had before (the rest were appended on this resume); `ends`: `{stage index: steps
+    run}` of the stages that ended on their `until` (see `stagegan.until`); `until`: the
+    condition checks' state at the checkpoint.
     """
 
     run_dir: Path
@@ -68,6 +76,14 @@ class ResumePlan:
     step: int
     changes: dict
     checkpoint_key: str
+    kept_stages: int
+    ends: dict
+    until: dict
+
+    @property
+    def total_steps(self):
+        """Where the run ends now (an upper bound while an `until` stage is ahead)."""
+        return Schedule(self.config.stages, self.ends).total_steps
 
     @property
     def store(self):
@@ -95,14 +111,16 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
     new = parse_config(apply_overrides(old.raw, overrides))
     entry = _choose_checkpoint(run_dir, checkpoint)
     step = 0 if entry is None else entry["step"]
-    if step > new.total_steps:
+    until = (entry or {}).get("until", {})
+    ends = stage_ends(old.stages, entry)
+    changes = check_changes(old, new, step, ends)
+    if step > Schedule(new.stages, ends).total_steps:
         raise ConfigError("--resume", f"checkpoint step {step} is past the end of the run")
-    changes = check_changes(old, new, step)
     inputs = run_dir / "samples" / INPUTS
     if new.samples is not None and inputs.exists():
         read_inputs(inputs)
     key = "--resume" if checkpoint is None else "--checkpoint"
-    return ResumePlan(run_dir, new, entry, step, changes, key)
+    return ResumePlan(run_dir, new, entry, step, changes, key, len(old.stages), ends, until)
 
 
 def _choose_checkpoint(run_dir, checkpoint):
@@ -138,27 +156,38 @@ def _choose_checkpoint(run_dir, checkpoint):
     return found[0]
 
 
-def check_changes(old, new, step):
+def check_changes(old, new, step, ends=None):
     """The `(old, new)` values of every key that differs between two configs of one run,
-    refused unless safe to change at global step `step` (see `SAFE_TEXT`)."""
-    schedule = Schedule(old.stages)
-    if step < schedule.total_steps:
-        position = schedule.position(step)
-        started = position.stage_index if position.stage_step else position.stage_index - 1
-    else:
-        started = len(old.stages) - 1
+    refused unless safe to change at global step `step` (see `SAFE_TEXT`). `ends`: the
+    stages that ended on their `until` (`{index: steps run}`)."""
+    schedule = Schedule(old.stages, ends)
+    kept = len(old.stages)
+    if len(new.stages) < kept:
+        raise ConfigError("stages", f"cannot remove stages on resume (the run has {kept})")
+    if [u.optimizer for s in old.stages for u in s.updates] != [
+        u.optimizer for s in new.stages[:kept] for u in s.updates
+    ]:
+        raise ConfigError(
+            "optimizers", "cannot change on resume which optimizer an existing update uses"
+        )
+    known = set(old.raw.get("optimizers") or {})
     changes = {}
-    for parts, before, after in _differences(old.raw, new.raw):
+    prefix = {**new.raw, "stages": new.raw["stages"][:kept]}
+    for parts, before, after in _differences(old.raw, prefix):
         key = format_key_path(parts)
-        steps = STAGE_STEPS.fullmatch(key)
+        steps, until = STAGE_STEPS.fullmatch(key), STAGE_UNTIL.fullmatch(key)
         if steps is not None:
-            index = int(steps.group(1))
-            if index <= started:
+            _check_stage_steps(schedule, int(steps.group(1)), after, step, key)
+        elif until is not None:
+            index = int(until.group(1))
+            if step > schedule.starts[index]:
                 raise ConfigError(
                     key,
                     f"cannot change on resume: stage {old.stages[index].name!r} has already "
                     f"begun (the run is at step {step}); only stages not yet reached can change",
                 )
+        elif parts[0] == "optimizers" and len(parts) > 1 and parts[1] not in known:
+            pass  # a new named optimizer: only appended stages can use it (checked above)
         elif not any(pattern.fullmatch(key) for pattern in SAFE):
             raise ConfigError(key, f"cannot change on resume (safe to change: {SAFE_TEXT})")
         elif key.split(".")[-1] == "learning_rate" and isinstance(before, dict) != isinstance(
@@ -170,7 +199,35 @@ def check_changes(old, new, step):
                 "number, or the schedule's keys)",
             )
         changes[key] = (before, after)
+    for index, stage in enumerate(new.raw["stages"][kept:], start=kept):
+        changes[f"stages[{index}]"] = (None, stage)
     return changes
+
+
+def _check_stage_steps(schedule, index, steps, step, key):
+    """A stage's `steps` may change while no later stage has begun, and not below the steps
+    it has run (more than that while it is under way, so it still ends with a step)."""
+    stage = schedule.stages[index]
+    done = schedule.steps_done(index, step)
+    if index in schedule.ends:
+        raise ConfigError(
+            key,
+            f"cannot change on resume: stage {stage.name!r} ended on its until condition after "
+            f"{schedule.lengths[index]} steps",
+        )
+    if step > schedule.stage_end(index):
+        raise ConfigError(
+            key,
+            f"cannot change on resume: stage {stage.name!r} is finished and a later stage has "
+            f"begun (the run is at step {step})",
+        )
+    least = done + 1 if 0 < done < stage.steps else max(done, 1)
+    if steps < least:
+        raise ConfigError(
+            key,
+            f"cannot be below {least} on resume: stage {stage.name!r} has run {done} of its "
+            f"steps (the run is at step {step}). Received: {steps}",
+        )
 
 
 def _differences(old, new, parts=()):
@@ -199,8 +256,10 @@ def restore(trainer, plan):
     """
     if plan.entry is not None:
         path = plan.prefix
+        fresh = appended_objects(trainer, plan.kept_stages)
+        objects = {k: v for k, v in trainer.trackables().items() if k not in fresh}
         try:
-            status = trainer.checkpoint.read(path)
+            status = type(trainer.checkpoint)(**objects).read(path)
             status.assert_existing_objects_matched()
         except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
             text = str(e).strip()
@@ -212,6 +271,46 @@ def restore(trainer, plan):
                 f"{path} holds global step {trainer.step_count}, not {plan.step}: damaged",
             )
     set_learning_rates(trainer)
+
+
+def appended_objects(trainer, kept):
+    """The checkpoint names of what only stages appended on this resume use (stages from
+    index `kept` on): their own optimizers and loss scales, and their updates' guard counters.
+    They start fresh, as in a run given the longer config from the start. A named optimizer
+    that existing stages use may not take on new variables: its state has no place for them.
+
+    Raises:
+        ConfigError: an appended update shares an optimizer that would train new variables.
+    """
+    stages, plans = trainer.config.stages, trainer.updates.plans
+    old_keys = {u.optimizer for stage in stages[:kept] for u in stage.updates}
+    old_names = {u.name for stage in stages[:kept] for u in stage.updates}
+    trained = {}
+    for stage_plans in plans[:kept]:
+        for plan in stage_plans:
+            trained.setdefault(plan.update.optimizer, set()).update(id(v) for v in plan.variables)
+    fresh = set()
+    for stage_plans in plans[kept:]:
+        for plan in stage_plans:
+            update = plan.update
+            if update.optimizer in old_keys:
+                new = [v.path for v in plan.variables if id(v) not in trained[update.optimizer]]
+                if new:
+                    raise ConfigError(
+                        f"{update.key}.optimizer",
+                        f"optimizer {update.optimizer!r} has no state for {new[0]} in the "
+                        "checkpoint (an earlier stage's optimizer, on other variables); give "
+                        "the appended stage an optimizer of its own",
+                    )
+                continue
+            fresh.add(f"optimizer_{slug(update.optimizer)}")
+            if update.optimizer in trainer.loss_scales:
+                fresh.update(
+                    trainer.loss_scales[update.optimizer].trackables(slug(update.optimizer))
+                )
+            if update.name not in old_names:
+                fresh.add(f"guard_in_a_row_{slug(update.name)}")
+    return fresh
 
 
 def set_learning_rates(trainer):

@@ -19,6 +19,7 @@ from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, parse_config, read_yaml
 from stagegan.errors import ConfigError
+from stagegan.until import stage_ends
 
 EVAL_LOG = "eval.jsonl"
 
@@ -130,7 +131,10 @@ def restore_run(run_dir, checkpoint=None):
     config = dataclasses.replace(config, devices=one)
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
         sys.path.insert(0, os.getcwd())
-    trainer = Trainer(config)
+    store, entries = checkpoint_entries(run_dir, "--checkpoint")
+    where = Path(path).resolve()
+    entry = next((e for e in entries if Path(store.path_of(e)).resolve() == where), None)
+    trainer = Trainer(config, stage_ends(config.stages, entry))
     try:
         trainer.checkpoint.read(path).expect_partial()
     except Exception as e:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...

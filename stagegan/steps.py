@@ -57,6 +57,7 @@ class UpdatePlan:
             statistics): the only state its forward passes may write.
         after_apply: state to update after each application (spectral norm's power
             iteration, see `stagegan.layers.power_iteration_hook`), or None.
+        monitors: the task's monitor terms of its loss terms (`Task.monitor_terms`).
     """
 
     update: object
@@ -66,14 +67,22 @@ class UpdatePlan:
     shared: bool = False
     state: tuple = ()
     after_apply: object = None
+    monitors: tuple = ()
 
     @property
     def terms(self):
+        """The loss terms it trains on."""
         return tuple(term for term, _ in self.update.loss)
+
+    @property
+    def reported(self):
+        """What its replicas compute and average: the loss terms, then the task's monitors
+        of them (`Task.monitor_terms`: logged, never trained on)."""
+        return self.terms + self.monitors
 
     def metric_names(self):
         name = self.update.name
-        names = [f"{name}/{term}" for term in self.terms]
+        names = [f"{name}/{term}" for term in self.reported]
         if len(self.terms) > 1:
             names.append(f"{name}/loss")
         names.append(f"{name}/grad_norm")
@@ -275,7 +284,7 @@ class StageStep:
         update, terms = plan.update, averaged.terms
         with tf.device(self.replicas.variables):
             metrics = {f"{update.name}/{term}": value for term, value in terms.items()}
-            if len(terms) > 1:
+            if len(update.loss) > 1:
                 metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
             metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm(list(averaged.gradients))
             if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):

@@ -11,7 +11,6 @@ optimizers, guards) and the stage steps.
 
 import contextlib
 import logging
-import re
 from dataclasses import dataclass
 
 import keras
@@ -29,7 +28,8 @@ from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
-from stagegan.variables import check_partition, scope_of, select_variables
+from stagegan.until import check_metrics
+from stagegan.variables import check_partition, scope_of, select_variables, slug
 
 log = logging.getLogger("stagegan")
 
@@ -61,6 +61,8 @@ class Trainer:
 
     Args:
         config: a `config.RunConfig`.
+        ends: `{stage index: steps run}` of stages that ended on their `until` (a resume).
+        until_state: the `until` checks' state at the checkpoint resumed from.
 
     Raises:
         ConfigError: an unknown task or loss term, a pattern that matches nothing, bad
@@ -68,8 +70,9 @@ class Trainer:
             simultaneous stage.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, ends=None, until_state=None):
         self.config = config
+        self.until_state = until_state
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
         self.placement = resolve_placement(config.devices, config.batch_size)
@@ -81,8 +84,9 @@ class Trainer:
         self.ema = None
         if config.ema is not None:
             self.ema = Ema(config.ema, self.networks, self.placement.variables)
-        self.schedule = Schedule(config.stages)
+        self.schedule = Schedule(config.stages, ends)
         self.updates = build_updates(config, model, self.placement)
+        check_metrics(config.stages, self.updates.plans)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None
@@ -250,12 +254,19 @@ def build_updates(config, model, placement):
                 shared=update.optimizer in config.shared,
                 state=trained_state(model.networks, selections[update.key]),
                 after_apply=power_iteration_hook(model.networks.values(), selections[update.key]),
+                monitors=monitors_of(model.task, update),
             )
             for update in stage.updates
         )
         for stage in config.stages
     )
     return Updates(optimizers, loss_scales, in_a_row, plans)
+
+
+def monitors_of(task, update):
+    """The task's monitor terms of an update's loss terms (`Task.monitor_terms`)."""
+    found = [m for term, _ in update.loss for m in task.monitor_terms.get(term, ())]
+    return tuple(dict.fromkeys(found))
 
 
 def trained_state(networks, variables):
@@ -324,8 +335,3 @@ def build_optimizers(config, selections, placement):
             own_gradient_reduction(optimizer)
         optimizers[key] = optimizer
     return optimizers
-
-
-def slug(key):
-    """Checkpoint-safe optimizer key: `stages[0].updates[1]` -> `stages_0_updates_1`."""
-    return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")

@@ -6,6 +6,7 @@ crosses `/`: `generator/*` selects every generator variable.
 """
 
 import fnmatch
+import re
 
 from stagegan.errors import ConfigError
 
@@ -97,3 +98,8 @@ def count_parameters(variables):
             size *= int(dim)
         total += size
     return total
+
+
+def slug(key):
+    """Checkpoint-safe name for a config key: `stages[0].updates[1]` -> `stages_0_updates_1`."""
+    return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")

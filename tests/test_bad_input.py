@@ -327,9 +327,66 @@ CASES = {
         ["train", "--resume", "{root}/run", "--set", "batch_size=16"],
         ["batch_size: cannot change on resume"],
     ),
-    "change a stage already begun": (
-        ["train", "--resume", "{root}/run", "--checkpoint", "3", "--set", "stages[1].steps=9"],
-        ["stages[1].steps: cannot change on resume: stage 'joint' has already begun"],
+    "change a finished stage": (
+        ["train", "--resume", "{root}/run", "--checkpoint", "3", "--set", "stages[0].steps=9"],
+        ["stages[0].steps: cannot change on resume: stage 'd_only' is finished and a later"],
+    ),
+    "shrink the current stage below its steps run": (
+        ["train", "--resume", "{root}/run", "--checkpoint", "3", "--set", "stages[1].steps=1"],
+        ["stages[1].steps: cannot be below 2 on resume: stage 'joint' has run 1 of its steps"],
+    ),
+    "change the until of a stage already begun": (
+        [
+            "train",
+            "--resume",
+            "{root}/run",
+            "--checkpoint",
+            "3",
+            "--set",
+            "stages[1].until={metric: discriminator/d_loss, below: 0.1}",
+        ],
+        ["stages[1].until: cannot change on resume: stage 'joint' has already begun"],
+    ),
+    "remove a stage on resume": (
+        [
+            "train",
+            "--resume",
+            "{root}/run",
+            "--set",
+            "stages=[{name: a, steps: 1, updates: [{train: discriminator/*, loss: d_loss}]}]",
+        ],
+        ["stages: cannot remove stages on resume"],
+    ),
+    "append with [+] inside a key path": (
+        ["train", "--resume", "{root}/run", "--set", "stages[+].steps=3"],
+        ["stages[+].steps: --set: [+] (append) may only end a key path"],
+    ),
+    "append a stage whose shared optimizer meets new variables": (
+        [
+            "train",
+            "--resume",
+            "{root}/run",
+            "--set",
+            "stages[+]={name: more, steps: 1, updates: [{train: generator/*, loss: g_loss, "
+            "optimizer: d}]}",
+        ],
+        ["stages[2].updates[0].optimizer: optimizer 'd' has no state for generator/"],
+    ),
+    "until with both a metric and an eval": (
+        [*TRAIN, *toy("stages[0].until={metric: discriminator/d_loss, below: 1, eval: fid}")],
+        ["stages[0].until: needs exactly one of metric"],
+    ),
+    "until on a metric the stage does not log": (
+        [*TRAIN, *toy("stages[0].until={metric: generator/g_loss, below: 1}")],
+        ["stages[0].until.metric: stage 'd_only' logs no 'generator/g_loss'"],
+    ),
+    "until plateau of an eval metric of no known direction": (
+        [*TRAIN, *toy("stages[1].until={eval: sharpness, patience: 2}")],
+        ["stages[1].until.mode: must be min or max (which way 'sharpness' is better)"],
+    ),
+    "until min_steps past the stage": (
+        [*TRAIN, *toy("stages[0].until={metric: discriminator/d_loss, below: 1, min_steps: 2}")],
+        ["stages[0].until.min_steps: must be below the stage's steps (2)"],
     ),
     # Checkpoints.
     "truncated checkpoint": (

@@ -190,14 +190,18 @@ def test_safe_changes_pass_and_others_are_refused():
     assert change(optimizers=lr) == {"optimizers.g.learning_rate": (0.01, 0.002)}
     assert change(log={"every": 5, "tensorboard": False}) == {"log.every": (1, 5)}
     later = [TOY["stages"][0], {**TOY["stages"][1], "steps": 9}]
-    with pytest.raises(
-        ConfigError,
-        match=r"stages\[1\]\.steps: cannot change on resume: stage 'joint' has already begun",
-    ):
-        change(stages=later)
+    # At step 4 the joint stage (steps 3..6) has run 1 step: it may grow, not shrink below 2.
+    assert change(stages=later) == {"stages[1].steps": (4, 9)}
     assert check_changes(old, parse_config({**TOY, "stages": later}), step=3) == {
         "stages[1].steps": (4, 9)  # at step 3 the joint stage is not yet reached
     }
+    with pytest.raises(ConfigError, match=r"stages\[1\]\.steps: cannot be below 2 on resume"):
+        change(stages=[TOY["stages"][0], {**TOY["stages"][1], "steps": 1}])
+    with pytest.raises(
+        ConfigError,
+        match=r"stages\[0\]\.steps: cannot change on resume: stage 'd' is finished and a later",
+    ):
+        change(stages=[{**TOY["stages"][0], "steps": 5}, TOY["stages"][1]])
     with pytest.raises(
         ConfigError, match=r"^batch_size: cannot change on resume \(safe to change: learning"
     ):

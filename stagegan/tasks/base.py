@@ -83,6 +83,9 @@ class Task:
 
     name = "task"
     loss_terms = ()
+    # Quantities computed with a loss term and logged with it (not trained on), which
+    # `until:` conditions can test: {loss term: (monitor, ...)}.
+    monitor_terms = {}
     defaults = {"data": {}, "model": {}, "loss": {}}
     batch_size = None  # the global batch size; set by the trainer before build()
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
@@ -329,7 +332,10 @@ def adversarial_losses(task, batch, terms):
     if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
         fake = float32(task.generator(batch["z"], training=True))
     if "d_loss" in terms:
-        out["d_loss"] = task.d_loss(critic(pack(x, m)), critic(pack(tf.stop_gradient(fake), m)))
+        real_logits = critic(pack(x, m))
+        fake_logits = critic(pack(tf.stop_gradient(fake), m))
+        out["d_loss"] = task.d_loss(real_logits, fake_logits)
+        out.update(task.d_accuracy(real_logits, fake_logits, terms))
     if "g_loss" in terms:
         out["g_loss"] = task.g_loss(critic(pack(fake, m)))
     if "gradient_penalty" in terms:

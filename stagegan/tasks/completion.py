@@ -38,6 +38,7 @@ class Completion(ImageTask):
     name = "completion"
     loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial", "r1")
     generator_adversarial_terms = ("g_adversarial",)  # what benchmarks/ablation.py removes
+    monitor_terms = {"d_adversarial": losses.ACCURACY_TERMS}  # logged with it
     realism_metric = "fid"  # lower is better
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
@@ -68,6 +69,7 @@ class Completion(ImageTask):
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.size = d["size"]
         if self.size % 4:
             raise ConfigError(
@@ -123,8 +125,10 @@ class Completion(ImageTask):
         if "reconstruction_l1" in terms:
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
-            fake = tf.stop_gradient(completed)
-            out["d_adversarial"] = self.d_loss(self.score(x, offsets), self.score(fake, offsets))
+            real_logits = self.score(x, offsets)
+            fake_logits = self.score(tf.stop_gradient(completed), offsets)
+            out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
+            out.update(self.d_accuracy(real_logits, fake_logits, terms))
         if "g_adversarial" in terms:
             out["g_adversarial"] = self.g_loss(self.score(completed, offsets))
         return out

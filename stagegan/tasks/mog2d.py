@@ -64,6 +64,7 @@ class Mog2D(Task):
     name = "mog2d"
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
+    monitor_terms = {"d_loss": losses.ACCURACY_TERMS}  # logged with it
     realism_metric = "reverse_kl"  # lower is better
     defaults = {
         "data": {"layout": "ring", "std": None},
@@ -91,6 +92,7 @@ class Mog2D(Task):
         self.centres = tf.constant(mode_centres(layout))
         self.std = float(std)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
 
     def build(self):
         latent = (self.model["latent_dim"],)

@@ -27,6 +27,7 @@ class Unconditional(ImageTask):
     name = "unconditional"
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
+    monitor_terms = {"d_loss": losses.ACCURACY_TERMS}  # logged with it
     realism_metric = "fid"  # lower is better
     defaults = {
         "data": dict(DATA_DEFAULTS),
@@ -51,6 +52,7 @@ class Unconditional(ImageTask):
         positive(self.model, "model", "width")
         self.pack = positive(self.model, "model", "pack")
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
 
     def build(self):
         self.build_source()

@@ -1,0 +1,154 @@
+"""Stages that end on a condition: a stage's `until:` (see `config.Until`).
+
+    - name: discriminator
+      steps: 10000                  # the upper bound
+      until: {metric: d/d_fake_accuracy, above: 0.9, check_every: 100}
+    - name: joint
+      steps: 50000
+      until: {eval: fid, patience: 3, min_delta: 0.5, check_every: 2000}
+
+After every `check_every` steps of the stage (counted from its first step; from `min_steps`
+on), the loop asks `Conditions.check`:
+
+* a threshold: the mean of the logged step metric over the steps since the last check (steps
+  where its update did not run, or was skipped by the NaN guard, are left out) is above or
+  below the value;
+* a plateau: the run is evaluated (`stagegan.evaluation`, as `eval:` configures it, or the
+  task's defaults), and the metric has not improved on its best by more than `min_delta` for
+  `patience` checks in a row.
+
+When it holds, the stage ends with that step: the schedule moves every later stage earlier
+(`Schedule.end_stage`), and the step is a stage end like any other (checkpoint, samples,
+evaluation, plot). The decision depends only on the step metrics and the weights, and its
+state (the running sum, the best value, the ended stages) goes into every checkpoint's index
+entry, so a resumed run ends the stage at the same step as the uninterrupted one.
+"""
+
+import logging
+import math
+
+from stagegan.errors import ConfigError
+
+log = logging.getLogger("stagegan")
+
+
+class Conditions:
+    """The `until:` checks of one run.
+
+    Args:
+        schedule: the trainer's `Schedule` (ended stages are recorded in it).
+        evaluation: the run's `evaluation.Evaluation` (None when no stage has a plateau).
+        state: what `state()` returned at the checkpoint a run resumes from.
+    """
+
+    def __init__(self, schedule, evaluation=None, state=None):
+        self.schedule, self.evaluation = schedule, evaluation
+        state = state or {}
+        self.total = state.get("total", 0.0)
+        self.count = state.get("count", 0)
+        self.best = state.get("best")
+        self.bad = state.get("bad", 0)
+
+    def state(self):
+        """JSON for the checkpoint index: the ended stages and the current stage's checks."""
+        ends = {self.schedule.stages[i].name: n for i, n in sorted(self.schedule.ends.items())}
+        return {
+            "ends": ends,
+            "total": self.total,
+            "count": self.count,
+            "best": self.best,
+            "bad": self.bad,
+        }
+
+    def check(self, tick):
+        """After the step of `tick` (a `loop.Tick`): end its stage there when its condition
+        holds. Returns the reason (and updates the tick), or None. With a plateau, the
+        evaluation it ran is left in `tick.evaluation` for the loop to log."""
+        until = tick.stage.until
+        if until is None:
+            return None
+        if until.metric is not None:
+            value = float(tick.output.metrics[until.metric])
+            if not math.isnan(value):
+                self.total, self.count = self.total + value, self.count + 1
+        stage_steps = tick.position.stage_step + 1
+        reason = None
+        if stage_steps % until.check_every == 0 and not tick.stage_done:
+            if until.metric is not None:
+                reason = self._threshold(until)
+            elif stage_steps >= until.min_steps:
+                tick.evaluation = self.evaluation.run()
+                reason = self._plateau(until, tick.evaluation["metrics"])
+            if stage_steps < until.min_steps:
+                reason = None
+        if reason is not None:
+            self.schedule.end_stage(tick.position.stage_index, stage_steps)
+            tick.stage_done, tick.final = True, tick.done == self.schedule.total_steps
+            tick.ended = reason
+            log.info(
+                "[%s] stage ends at step %d, after %d of at most %d steps: %s",
+                tick.stage.name,
+                tick.done,
+                stage_steps,
+                tick.stage.steps,
+                reason,
+            )
+        if tick.stage_done:  # the next stage starts its checks afresh
+            self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
+        return reason
+
+    def _threshold(self, until):
+        """The interval's mean against the bound; the interval starts again either way."""
+        total, count = self.total, self.count
+        self.total, self.count = 0.0, 0
+        if not count:
+            return None
+        mean = total / count
+        if until.above is not None and mean > until.above:
+            return f"until {until.metric} > {until.above:g}: mean {mean:.4g} over {count} steps"
+        if until.below is not None and mean < until.below:
+            return f"until {until.metric} < {until.below:g}: mean {mean:.4g} over {count} steps"
+        return None
+
+    def _plateau(self, until, values):
+        value = values.get(until.eval)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            known = [k for k, v in values.items() if isinstance(v, float)]
+            raise ConfigError(
+                f"{until.key}.eval",
+                f"the evaluation has no number {until.eval!r} (it has: {', '.join(known)})",
+            )
+        value = float(value)
+        sign = 1.0 if until.mode == "min" else -1.0
+        if self.best is None or sign * (self.best - value) > until.min_delta:
+            self.best, self.bad = value, 0
+            return None
+        self.bad += 1
+        if self.bad < until.patience:
+            return None
+        return (
+            f"until eval {until.eval} plateaus: {value:.4g}, best {self.best:.4g}, no "
+            f"improvement by more than {until.min_delta:g} in {self.bad} checks"
+        )
+
+
+def stage_ends(stages, entry):
+    """The stages that ended on their `until` by a checkpoint's index entry (None: none):
+    `{stage index: steps run}`."""
+    ends = ((entry or {}).get("until") or {}).get("ends", {})
+    index = {stage.name: i for i, stage in enumerate(stages)}
+    return {index[name]: length for name, length in ends.items() if name in index}
+
+
+def check_metrics(stages, stage_plans):
+    """Refuse a threshold on a metric that its stage does not log (before the first step)."""
+    for stage, plans in zip(stages, stage_plans, strict=True):
+        until = stage.until
+        if until is None or until.metric is None:
+            continue
+        names = [name for plan in plans for name in plan.metric_names()]
+        if until.metric not in names:
+            raise ConfigError(
+                f"{until.key}.metric",
+                f"stage {stage.name!r} logs no {until.metric!r} (it logs: {', '.join(names)})",
+            )

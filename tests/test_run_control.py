@@ -1,0 +1,262 @@
+"""Run control: extending a run on resume, and stages that end on a condition (`until`).
+
+Extending is checked against the longer config trained from the start, to the last bit.
+An `until` stage's end is checked against the step computed by hand from a plain run's
+metrics, and a run killed (SIGKILL, a real subprocess) in the middle of that stage must end it
+at the same step, with the same weights.
+"""
+
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from clihelp import ROOT, inprocess
+from toytask import G_UPDATE, finished_run, read_checkpoint, two_stage_config
+
+from stagegan.config import parse_config
+from stagegan.loop import make_tick
+from stagegan.losses import AccuracyMonitor, discriminator_accuracy
+from stagegan.schedule import Schedule
+from stagegan.steps import StepOutput
+from stagegan.training import monitors_of
+from stagegan.until import Conditions
+
+TIME_FIELDS = ("time", "wall_time", "examples_per_sec")
+G2 = {"type": "adam", "learning_rate": 0.02}
+MORE_G = {"name": "g_more", "steps": 2, "updates": [{**G_UPDATE, "optimizer": "g2"}]}
+# Its own optimizer, the default (inline, private to this update).
+MORE_D = {"name": "d_more", "steps": 2, "updates": [{"train": "discriminator/*", "loss": "d_loss"}]}
+
+
+def records(path, drop=TIME_FIELDS):
+    lines = path.read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
+
+
+def assert_same_checkpoints(expected, actual, subset=False):
+    """Every value equal; `subset`: `actual` may lack objects (a run before its extension)."""
+    expected, actual = read_checkpoint(expected), read_checkpoint(actual)
+    if subset:
+        assert set(actual) < set(expected)
+        expected = {k: v for k, v in expected.items() if k in actual}
+        del expected["_CHECKPOINTABLE_OBJECT_GRAPH"], actual["_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert sorted(actual) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(actual[key], value, err_msg=key)
+
+
+# Extending a finished run -----------------------------------------------------------------
+
+
+def short_config():
+    return two_stage_config("ext", 5, 2, 3, deterministic=True, checkpoint={"every": 2, "keep": 9})
+
+
+def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_path):
+    short = finished_run(tmp_path / "short", short_config())
+    extend = [
+        "stages[1].steps=5",  # the finished last stage grows by 2
+        f"optimizers.g2={json.dumps(G2)}",  # a new named optimizer, for a new stage
+        f"stages[+]={json.dumps(MORE_G)}",
+        f"stages[+]={json.dumps(MORE_D)}",
+    ]
+    result = inprocess("train", "--resume", short, *[a for s in extend for a in ("--set", s)])
+    assert result.returncode == 0, result.stderr
+    assert "resuming" in result.stdout and "changed on resume: stages[2]" in result.stdout
+
+    raw = short_config()
+    raw["stages"][1]["steps"] = 5
+    raw["optimizers"]["g2"] = G2
+    raw["stages"] += [MORE_G, MORE_D]
+    longer = finished_run(tmp_path / "long", raw)
+    for step in (2, 4, 7, 9, 11):  # before the extension, then the longer config's stage ends
+        name = f"checkpoints/ckpt-{step:08d}"
+        assert_same_checkpoints(longer / name, short / name, subset=step <= 4)
+    assert records(short / "metrics.jsonl") == records(longer / "metrics.jsonl")
+    saved = yaml.safe_load((short / "config.yaml").read_text())
+    assert [s["name"] for s in saved["stages"]] == ["d_only", "joint", "g_more", "d_more"]
+    assert saved["stages"][1]["steps"] == 5 and saved["optimizers"]["g2"] == G2
+    again = inprocess("train", "--resume", short)
+    assert again.returncode == 0 and "already finished at step 11" in again.stdout
+
+
+# Stages that end on a condition -----------------------------------------------------------
+
+CHECK = 3  # check_every
+ENDS_AT_CHECK = 4  # the threshold is chosen so that the 4th check ends the stage: step 12
+
+
+def until_config(threshold=None):
+    """D alone for up to 30 steps (until its loss falls below `threshold`), then 3 joint."""
+    raw = two_stage_config(
+        "until",
+        2,
+        30,
+        3,
+        deterministic=True,
+        checkpoint={"every": 4, "keep": 9},
+        optimizers={"g": {"type": "adam", "learning_rate": 0.01}, "d": {"type": "sgd"}},
+    )
+    if threshold is not None:
+        until = {"metric": "discriminator/d_loss", "below": threshold, "check_every": CHECK}
+        raw["stages"][0]["until"] = until
+    return raw
+
+
+@pytest.fixture(scope="module")
+def threshold(tmp_path_factory):
+    """The threshold, from the d_loss of every step of the same run without `until`: between
+    the mean of the 4th check's interval and the lowest mean of the 3 before it."""
+    run = finished_run(tmp_path_factory.mktemp("plain") / "run", until_config())
+    losses = [r["discriminator/d_loss"] for r in records(run / "metrics.jsonl")[:30]]
+    means = [float(np.mean(losses[i : i + CHECK])) for i in range(0, 30, CHECK)]
+    before, at = min(means[: ENDS_AT_CHECK - 1]), means[ENDS_AT_CHECK - 1]
+    assert at < before, means  # the stage's loss goes down: a threshold in between exists
+    return (at + before) / 2
+
+
+@pytest.fixture(scope="module")
+def until_runs(tmp_path_factory, threshold):
+    """The `until` run uninterrupted (in process), and killed with SIGKILL after step 10 (a
+    real process; the last checkpoint is step 8, inside the interval of the check at 12),
+    then resumed."""
+    base = tmp_path_factory.mktemp("until")
+    raw = until_config(threshold)
+    whole = finished_run(base / "whole", raw)
+    (base / "until.yaml").write_text(yaml.safe_dump(raw))
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "crash_run.py"), "after-step", "10", "--"]
+        + ["train", "--config", str(base / "until.yaml"), "--run-dir", str(base / "killed")],
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = inprocess("train", "--resume", base / "killed")
+    assert resumed.returncode == 0, resumed.stderr
+    return whole, base / "killed", resumed
+
+
+def test_until_ends_the_stage_at_the_step_computed_by_hand(until_runs):
+    whole, _, _ = until_runs
+    index = json.loads((whole / "checkpoints" / "index.json").read_text())["checkpoints"]
+    tags = {e["step"]: e["tags"] for e in index}
+    assert tags[CHECK * ENDS_AT_CHECK] == ["stage_end:d_only"]
+    assert tags[15] == ["final", "stage_end:joint"]  # 12 + 3 joint steps
+    assert index[-1]["until"]["ends"] == {"d_only": 12}
+    ended = [r for r in records(whole / "metrics.jsonl") if "stage_ended" in r]
+    assert [(r["step"], r["stage"]) for r in ended] == [(12, "d_only")]
+    assert ended[0]["stage_ended"].startswith("until discriminator/d_loss < ")
+    assert (whole / "plots" / "losses.png").stat().st_size > 0
+
+
+def test_until_stage_ends_at_the_same_step_after_a_sigkill(until_runs):
+    whole, killed, resumed = until_runs
+    assert "stage ends at step 12, after 12 of at most 30 steps: until" in resumed.stdout
+    resumes = records(killed / "resume.jsonl", drop=())
+    assert [r["step"] for r in resumes] == [8]
+    for step in (12, 15):
+        name = f"checkpoints/ckpt-{step:08d}"
+        assert_same_checkpoints(whole / name, killed / name)
+    assert records(killed / "metrics.jsonl") == records(whole / "metrics.jsonl")
+
+
+def test_plan_shows_the_condition(tmp_path):
+    path = tmp_path / "until.yaml"
+    path.write_text(yaml.safe_dump(until_config(0.5)))
+    result = inprocess("plan", "--config", path)
+    assert result.returncode == 0, result.stderr
+    assert "2 stages, 33 steps at most" in result.stdout
+    assert (
+        "  until: discriminator/d_loss (mean since the last check) < 0.5, checked every 3 "
+        "steps; at most 30 steps"
+    ) in result.stdout
+
+
+def test_an_ended_until_stage_cannot_be_extended_and_later_stages_move(until_runs):
+    whole, _, _ = until_runs
+    result = inprocess("train", "--resume", whole, "--set", "stages[0].steps=40")
+    assert result.returncode == 2
+    assert "stage 'd_only' ended on its until condition after 12 steps" in result.stderr
+    grown = inprocess("train", "--resume", whole, "--set", "stages[1].steps=5")
+    assert grown.returncode == 0, grown.stderr
+    index = json.loads((whole / "checkpoints" / "index.json").read_text())["checkpoints"]
+    assert index[-1]["step"] == 17 and "final" in index[-1]["tags"]
+
+
+class FakeEvaluation:
+    def __init__(self, values):
+        self.values = iter(values)
+
+    def run(self):
+        return {"metrics": {"fid": next(self.values)}}
+
+
+def test_plateau_counts_checks_without_improvement_by_hand():
+    """fid at checks 1..6: 10, 8, 7.6, 7.7, 7.5, 7.45 with min_delta 0.5 and patience 3:
+    8 improves on 10 (best 8); 7.6, 7.7, 7.5 do not improve by more than 0.5: the 3rd check
+    without improvement (check 5, stage step 10) ends the stage."""
+    raw = until_config()
+    raw["stages"][0]["until"] = {"eval": "fid", "patience": 3, "min_delta": 0.5, "check_every": 2}
+    config = parse_config(raw)
+    schedule = Schedule(config.stages)
+    conditions = Conditions(schedule, FakeEvaluation([10, 8, 7.6, 7.7, 7.5, 7.45]))
+    logging.getLogger("stagegan").setLevel(logging.WARNING)
+    ended = None
+    for position in schedule.positions(0):
+        tick = make_tick(schedule, position)
+        if conditions.check(tick):
+            ended = position.global_step + 1
+            break
+    assert ended == 10 and schedule.ends == {0: 10} and schedule.total_steps == 13
+    assert conditions.state() == {
+        "ends": {"d_only": 10},
+        "total": 0.0,
+        "count": 0,
+        "best": None,
+        "bad": 0,
+    }
+
+
+def test_threshold_skips_steps_where_its_update_did_not_run():
+    """The interval mean leaves out NaN (an update's idle steps): (0.4 + 0.2) / 2 = 0.3."""
+    raw = until_config()
+    raw["stages"][0]["until"] = {"metric": "discriminator/d_loss", "below": 0.31, "check_every": 4}
+    config = parse_config(raw)
+    schedule = Schedule(config.stages)
+    conditions = Conditions(schedule)
+
+    for position, value in zip(
+        schedule.positions(0), [0.4, float("nan"), 0.2, float("nan")], strict=False
+    ):
+        tick = make_tick(schedule, position)
+        tick.output = StepOutput({"discriminator/d_loss": value}, {}, {})
+        reason = conditions.check(tick)
+    assert reason == "until discriminator/d_loss < 0.31: mean 0.3 over 2 steps"
+    assert tick.stage_done and not tick.final and schedule.total_steps == 7
+
+
+def test_discriminator_accuracy_by_hand():
+    """Logits (and critics) call a sample real above 0; least squares above 0.5."""
+    real, fake = [1.0, -1.0, 2.0, 0.0], [-1.0, 0.5, -2.0, 0.0]
+    values = discriminator_accuracy(real, fake)
+    assert float(values["d_real_accuracy"]) == 0.5  # 1 and 2 are above 0
+    assert float(values["d_fake_accuracy"]) == 0.75  # -1, -2 and 0 are not
+    monitor = AccuracyMonitor("least_squares")
+    values = monitor(real, fake, ("d_loss", "d_fake_accuracy"))
+    # Against 0.5, every fake (-1, 0.5, -2, 0) is at or below: called fake.
+    assert list(values) == ["d_fake_accuracy"] and float(values["d_fake_accuracy"]) == 1.0
+    assert AccuracyMonitor("hinge")(real, fake, ("d_loss",)) == {}
+
+
+def test_built_in_tasks_log_accuracy_beside_their_discriminator_loss():
+    from stagegan.tasks.mog2d import Mog2D
+
+    update = parse_config(until_config()).stages[0].updates[0]
+    assert monitors_of(Mog2D, update) == ("d_real_accuracy", "d_fake_accuracy")
