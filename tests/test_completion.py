@@ -114,6 +114,8 @@ def test_all_three_glcic_stages_train_on_two_towers(trainer):
         metrics = trainer.step(position).metrics
     assert set(metrics) == {
         "discriminator/d_adversarial",
+        "discriminator/d_real_accuracy",  # monitors: logged, not trained on
+        "discriminator/d_fake_accuracy",
         "discriminator/grad_norm",
         "generator/reconstruction",
         "generator/g_adversarial",

@@ -22,7 +22,7 @@ from stagegan.replicas import (
 
 def averaged(replica_grads, variables):
     """The averaging rule, as TowerReplicas runs it: contributions, summed, averaged."""
-    plan = SimpleNamespace(variables=variables, terms=())
+    plan = SimpleNamespace(variables=variables, terms=(), reported=())
     kept = kept_gradients([[grads] for grads in replica_grads], [plan])
     count = len(replica_grads)
     parts = [
@@ -73,6 +73,7 @@ def test_batchnorm_statistics_come_from_the_first_tower_only_and_only_when_appli
     plan = SimpleNamespace(
         update=SimpleNamespace(loss=(("l", 1.0),)),
         terms=("l",),
+        reported=("l",),
         variables=tuple(model.trainable_variables),
         state=tuple(model.non_trainable_variables),
         optimizer=keras.optimizers.SGD(0.0),
@@ -133,6 +134,7 @@ def test_dropout_seeds_advance_on_every_pass_even_in_a_frozen_network():
     plan = SimpleNamespace(
         update=SimpleNamespace(loss=(("l", 1.0),)),
         terms=("l",),
+        reported=("l",),
         variables=tuple(model.trainable_variables),
         state=(),  # frozen: no state of its own may change
     )
