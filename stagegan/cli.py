@@ -177,7 +177,9 @@ def load(args):
 
 
 def cmd_train(args):
-    from stagegan.rundirs import check_new_run_dir, create_run_dir, lock_run_dir
+    from stagegan.cluster import is_chief
+    from stagegan.rundirs import check_new_run_dir
+    from stagegan.runs import resolve_init
 
     if args.resume is not None:
         return resume_train(args)
@@ -185,33 +187,14 @@ def cmd_train(args):
         raise ConfigError("--checkpoint", "only with --resume RUN")
     args.set = [*args.set, *init_overrides(args)]
     config = load(args)
-    from stagegan.runs import resolve_init
-
-    config, init_prefix = resolve_init(config)
-    chief = is_chief_process(config, args)
+    resolve_init(config)  # refusals come before the slow TensorFlow import
+    chief = is_chief(config, args.run_dir)
     if args.run_dir and chief:
         check_new_run_dir(args.run_dir)
     import_tensorflow()
-    from stagegan.loop import check_evaluation, train
-    from stagegan.training import Trainer
+    from stagegan import runner
 
-    trainer = Trainer(config)
-    if init_prefix is not None:
-        from stagegan.warmstart import warm_start
-
-        warm_start(trainer, init_prefix)
-    if chief:
-        check_evaluation(trainer)  # before the run folder exists, and the slow trace
-    trainer.trace()
-    if not chief:
-        return train_worker(trainer, args.run_dir)
-    run_dir = create_run_dir(args.run_dir, name=config.name)
-    lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(config.to_yaml(), encoding="utf-8")
-    os.replace(tmp, run_dir / "config.yaml")
-    logging.getLogger("stagegan").info("run folder: %s", run_dir)
-    train(trainer, run_dir)
+    runner.start(config, args.run_dir, chief)
     return 0
 
 
@@ -231,10 +214,7 @@ def init_overrides(args):
 
 def resume_train(args):
     """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.resume)."""
-    from pathlib import Path
-
-    from stagegan.resume import commit, plan_resume, restore
-    from stagegan.rundirs import lock_run_dir
+    from stagegan.resume import plan_resume
 
     for flag, value in (
         ("--config", args.config),
@@ -243,68 +223,16 @@ def resume_train(args):
     ):
         if value is not None:
             raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
-    logger = logging.getLogger("stagegan")
-    plan = plan_resume(args.resume, args.set, args.checkpoint)
+    plan = plan_resume(args.resume, args.set, args.checkpoint)  # before the slow import
     if plan.step >= plan.total_steps:
-        logger.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
-        return 0
-    if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
-        sys.path.insert(0, os.getcwd())
-    import_tensorflow()
-    from stagegan.loop import check_evaluation, train
-    from stagegan.training import Trainer
-
-    chief = is_chief_process(plan.config, args)
-    trainer = Trainer(plan.config, plan.ends, plan.until)
-    trainer.trace(from_step=plan.step)
-    restore(trainer, plan)
-    if chief:
-        check_evaluation(trainer)  # before the resume changes anything
-    if not chief:
-        return train_worker(trainer, plan.run_dir)
-    lock = lock_run_dir(Path(args.resume), "--resume")  # noqa: F841 - held while training
-    commit(plan, logger)
-    train(trainer, plan.run_dir)
-    return 0
-
-
-def is_chief_process(config, args):
-    """Whether this process writes the run folder: not so on a non-chief multi-worker worker.
-    Multi-worker runs name their folder on every worker (`--run-dir`, or `--resume`)."""
-    if config.devices.strategy != "multi_worker":
-        return True
-    from stagegan.cluster import worker_cluster
-
-    _, _, chief = worker_cluster()
-    if args.run_dir is None and args.resume is None:
-        raise ConfigError(
-            "--run-dir",
-            "a multi_worker run needs --run-dir (the same folder on every worker; "
-            "`python -m stagegan launch` picks one)",
+        logging.getLogger("stagegan").info(
+            "%s already finished at step %d; nothing to do", plan.run_dir, plan.step
         )
-    return chief
+        return 0
+    import_tensorflow()
+    from stagegan import runner
 
-
-def train_worker(trainer, run_dir):
-    """A non-chief worker: the same steps and checkpoint saves as the chief (TensorFlow's
-    multi-worker rule), into a temporary folder that is deleted at the end. It writes no
-    samples, logs or evaluations, and logs warnings only."""
-    import dataclasses
-    import tempfile
-    from pathlib import Path
-
-    from stagegan.loop import train
-
-    logging.getLogger("stagegan").setLevel(logging.WARNING)
-    config = trainer.config
-    trainer.config = dataclasses.replace(
-        config,
-        samples=None,
-        eval=None,
-        log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
-    )
-    with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
-        train(trainer, Path(folder), run_name=run_dir)
+    runner.resume(args.resume, args.set, args.checkpoint)
     return 0
 
 
@@ -351,18 +279,9 @@ def cmd_launch(args):
 def cmd_plan(args):
     config = load(args)
     import_tensorflow()
-    from stagegan.plan import describe_plan
-    from stagegan.training import Trainer
+    from stagegan import runner
 
-    logger = logging.getLogger("stagegan")
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # the plan lists dropped variables itself
-    try:
-        trainer = Trainer(config)
-        trainer.trace()
-    finally:
-        logger.setLevel(level)
-    print(describe_plan(trainer))
+    print(runner.describe(config))
     return 0
 
 
@@ -385,18 +304,18 @@ def cmd_sample(args):
 
 
 def cmd_eval(args):
-    from stagegan.runs import check_run, evaluate_run, restore_run
+    from stagegan.runs import check_run
 
     if args.count is not None and args.count < 4:
         raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
+    from stagegan import runner
     from stagegan.evaluation import format_table
 
     quiet_logs()
-    trainer, path = restore_run(args.run, args.checkpoint)
-    result = evaluate_run(
-        trainer, args.run, path, args.count, args.seed, args.features, ema=not args.no_ema
+    result = runner.evaluate(
+        args.run, args.count, args.seed, args.checkpoint, args.features, ema=not args.no_ema
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     return 0

@@ -37,3 +37,18 @@ def worker_cluster():
         task_type == "worker" and index == 0 and "chief" not in cluster
     )
     return task_type, index, chief
+
+
+def is_chief(config, run_dir):
+    """Whether this process writes the run folder: not so on a non-chief multi-worker worker.
+    Multi-worker runs name their folder on every worker (`--run-dir`, or `--resume`)."""
+    if config.devices.strategy != "multi_worker":
+        return True
+    _, _, chief = worker_cluster()
+    if run_dir is None:
+        raise ConfigError(
+            "--run-dir",
+            "a multi_worker run needs --run-dir (the same folder on every worker; "
+            "`python -m stagegan launch` picks one)",
+        )
+    return chief

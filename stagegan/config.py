@@ -588,7 +588,11 @@ def apply_overrides(raw, overrides):
     """
     raw = unshare(raw)
     for item in overrides:
-        path_text, parts, value = _parse_override(item)
+        if isinstance(item, tuple):  # (key path, value): the Python API's, value as it is
+            path_text, value = item
+            parts = parse_key_path(path_text)
+        else:
+            path_text, parts, value = _parse_override(item)
         if parts[0] in ("stages", "optimizers") and len(parts) > 1:
             _inline_stage_file(raw, parts[0])
         node = _override_parent(raw, parts, path_text)

@@ -1,4 +1,6 @@
-"""The exceptions the CLI turns into one line on stderr and an exit status.
+"""The exceptions of stagegan. Each is a `StageganError` with the key (a config key path,
+file or flag) it is about; the CLI turns it into one line on stderr and an exit status, and the
+Python API (`stagegan.Error`) raises it as it is.
 
 * `ConfigError`: bad user input: status 2.
 * `WriteError`: a file of the run could not be written (a full disk, permissions): status 2.
@@ -8,7 +10,19 @@
 """
 
 
-class ConfigError(Exception):
+class StageganError(Exception):
+    """Any error stagegan reports: `key` (the config key path, file or flag it is about, or
+    "" when none), `message` (what is wrong), `status` (the CLI's exit status)."""
+
+    status = 2
+
+    def __init__(self, key, message):
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class ConfigError(StageganError):
     """Bad user input: a config key, a file, a pattern, a checkpoint.
 
     The CLI prints it as one line, `stagegan: error: KEY: MESSAGE`, and exits with status 2.
@@ -18,13 +32,8 @@ class ConfigError(Exception):
         message: what is wrong, with the value received where that helps.
     """
 
-    def __init__(self, key, message):
-        self.key = key
-        self.message = message
-        super().__init__(f"{key}: {message}" if key else message)
 
-
-class WriteError(Exception):
+class WriteError(StageganError):
     """A file of the run could not be written: a full disk, permissions, a read-only folder.
 
     The CLI prints it as one line, `stagegan: error: PATH: MESSAGE`, and exits with status 2.
@@ -34,20 +43,16 @@ class WriteError(Exception):
         message: what failed, and how the run can go on.
     """
 
-    def __init__(self, key, message):
-        self.key = key
-        self.message = message
-        super().__init__(f"{key}: {message}")
 
-
-class RunStopped(Exception):
-    """A run stopped before its end. `status`: the CLI's exit status; `message`: one line."""
+class RunStopped(StageganError):
+    """A run stopped before its end. `status`: the CLI's exit status; `message`: one line;
+    `key`: what stopped it (`guard`, `multi_worker`, `signal`)."""
 
     status = 1
+    key_name = "signal"
 
     def __init__(self, message, status=None):
-        super().__init__(message)
-        self.message = message
+        super().__init__(self.key_name, message)
         if status is not None:
             self.status = status
 
@@ -57,6 +62,7 @@ class GuardStop(RunStopped):
     or non-finite weights where a checkpoint was due). Exit status 3."""
 
     status = 3
+    key_name = "guard"
 
 
 class Interrupted(RunStopped):
@@ -69,3 +75,4 @@ class PeerLost(RunStopped):
     collective operations aborted. Exit status 4; the run resumes from its last checkpoint."""
 
     status = 4
+    key_name = "multi_worker"

@@ -163,7 +163,6 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
         ConfigError: an existing or unsupported output file, `--input` for a task that
             cannot use it.
     """
-    from stagegan.evaluation import Evaluation
 
     output = Path(output)
     if output.suffix.lower() not in (".npy", ".png"):
@@ -173,15 +172,7 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
     if not output.parent.is_dir():
         raise ConfigError("--output", f"no such folder: {output.parent}")
     task = trainer.task
-    if input_dir is not None:
-        if not hasattr(task, "inputs_for_images"):
-            raise ConfigError("--input", f"task {task.name!r} takes no input images")
-        images = user_images(task, input_dir, num)
-        inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
-    else:
-        inputs, info = task.sample_inputs(num, seed)
-    evaluation = Evaluation(trainer, None, ema=ema)
-    outputs = evaluation.sample_outputs(inputs)
+    inputs, outputs, info, used_ema = sample_arrays(trainer, num, seed, ema, input_dir)
     if output.suffix.lower() == ".npy":
         tmp = output.with_name(output.name + ".tmp.npy")
         np.save(tmp, np.asarray(task.export(outputs), np.float32))
@@ -191,8 +182,25 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
     count = len(next(iter(inputs.values())))
     return (
         f"wrote {count} samples to {output} (step {trainer.step_count}, "
-        f"EMA {'yes' if evaluation.ema else 'no'}, seed {seed})"
+        f"EMA {'yes' if used_ema else 'no'}, seed {seed})"
     )
+
+
+def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None):
+    """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
+    (or made from the images in `input_dir`)."""
+    from stagegan.evaluation import Evaluation
+
+    task = trainer.task
+    if input_dir is not None:
+        if not hasattr(task, "inputs_for_images"):
+            raise ConfigError("--input", f"task {task.name!r} takes no input images")
+        images = user_images(task, input_dir, num)
+        inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
+    else:
+        inputs, info = task.sample_inputs(num, seed)
+    evaluation = Evaluation(trainer, None, ema=ema)
+    return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
 
 
 def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True):

@@ -141,8 +141,8 @@ def test_unguarded_nan_never_reaches_a_checkpoint(tmp_path):
     trainer = make([2], guard={"policy": "off"})
     with pytest.raises(
         GuardStop,
-        match=r"^\[alternating\] step 2: refusing to write a checkpoint with non-finite values "
-        r"in generator/hidden/kernel, .* and 21 more; the last checkpoint, ckpt-00000001, holds",
+        match=r"^guard: \[alternating\] step 2: refusing to write a checkpoint with non-finite "
+        r"values in generator/hidden/kernel, .* and 21 more; the last checkpoint, ckpt-00000001",
     ):
         train(trainer, tmp_path)
     store = CheckpointStore(tmp_path / "checkpoints", None, 1)

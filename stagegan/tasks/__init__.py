@@ -15,8 +15,36 @@ BUILTIN = {
 }
 
 
+# Python objects given to the API in place of `package.module:function` names, by the name
+# that stands for them in the config (`register_objects`).
+REGISTERED = {}
+
+
+def register_objects(value):
+    """`value` (a config, a part of one, or one value) with every callable in it replaced by
+    its `module:qualified name`, under which `load_object` finds the callable itself in this
+    process (and a later process imports it, when it is importable)."""
+    if isinstance(value, dict):
+        return {key: register_objects(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [register_objects(item) for item in value]
+    if not callable(value):
+        return value
+    module = getattr(value, "__module__", None) or "__main__"
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    reference, count = f"{module}:{name}", 1
+    while REGISTERED.get(reference, value) is not value:  # another object of the same name
+        count += 1
+        reference = f"{module}:{name}#{count}"
+    REGISTERED[reference] = value
+    return reference
+
+
 def load_object(path, key):
-    """Import `package.module:attribute`; errors name `key`."""
+    """Import `package.module:attribute` (or find an object given to the API, see
+    `register_objects`); errors name `key`."""
+    if path in REGISTERED:
+        return REGISTERED[path]
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")

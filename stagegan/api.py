@@ -1,0 +1,198 @@
+"""The Python API: what `python -m stagegan` does, for notebooks and scripts.
+
+    import stagegan
+
+    run = stagegan.train("mog_ring", overrides={"stages[0].steps": 500}, run_dir="runs/ring")
+    run.metrics()[-1]                     # the last logged record
+    points = run.sample(1000, seed=1)     # the task's export: images in [0, 1], or points
+    run.evaluate()["metrics"]             # as `stagegan eval --json`
+    run = run.resume(overrides={"stages[0].steps": 800})   # extend it
+
+    run = stagegan.load_run("runs/ring")  # a finished (or stopped) run folder
+    print(run.plan())
+
+A config is a preset name, a YAML path, a dict (a whole config, as a YAML file holds it) or a
+`RunConfig`. `overrides` are `--set` strings, or a dict `{key path: value}` whose values are
+Python objects: a task's network builder may be a callable there (or in the dict config),
+`model.generator: build_generator`, called as `builder(task) -> keras.Model`. A run's
+`config.yaml` records it as `module:function`, which a later process imports.
+
+Every error that names a config key raises `stagegan.Error` (`.key`, `.message`); the CLI
+prints the same as its one line. A run stopped by the NaN guard or a signal raises
+`stagegan.RunStopped` (a `stagegan.Error` too, `.status` is the CLI's exit status).
+
+The API runs in the calling process, as `train` does, and on the devices and backend that the
+config names. `import stagegan` does not import TensorFlow; these functions do, when called.
+"""
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+from stagegan.config import RunConfig, apply_overrides, find_yaml, parse_config, read_yaml
+from stagegan.errors import ConfigError
+from stagegan.logs import read_metrics
+from stagegan.runs import checkpoint_entries, run_config
+from stagegan.tasks import register_objects
+
+log = logging.getLogger("stagegan")
+
+
+def train(
+    config=None,
+    overrides=(),
+    run_dir=None,
+    init_from=None,
+    init_checkpoint=None,
+    init_only=None,
+    quiet=False,
+):
+    """Train a new run to its end; returns its `Run`.
+
+    Args:
+        config: a preset name, a YAML path, a dict, a `RunConfig`, or None (the default).
+        overrides: `key.path=value` strings, or `{key path: value}`.
+        run_dir: the new run folder (None: the next `runs/<name>-N`).
+        init_from, init_checkpoint, init_only: a warm start (`train --init-from`).
+        quiet: no log lines (else they go to stdout, as the CLI prints them).
+
+    Raises:
+        stagegan.Error: bad input (nothing is written), or a file that cannot be written.
+        stagegan.RunStopped: the NaN guard or a signal stopped the run.
+    """
+    from stagegan import runner  # TensorFlow: imported on first use
+
+    only = [init_only] if isinstance(init_only, str) else init_only
+    init = {"run": init_from, "checkpoint": init_checkpoint, "only": only}
+    extra = [("init", init)] if init_from is not None else []
+    resolved = load(config, [*_overrides(overrides), *extra])
+    with _logging(quiet):
+        return Run(runner.start(resolved, run_dir))
+
+
+def load_run(path):
+    """An existing run folder as a `Run` (checked: a run's `config.yaml` must be there)."""
+    return Run(path)
+
+
+def plan(config=None, overrides=()):
+    """What `stagegan plan` prints: every stage, update, variable count, dropped gradient."""
+    from stagegan import runner
+
+    return runner.describe(load(config, _overrides(overrides)))
+
+
+def load(config=None, overrides=()):
+    """A validated `RunConfig` from a preset name, a YAML path, a dict or a `RunConfig`."""
+    if isinstance(config, RunConfig):
+        raw = config.raw
+    elif isinstance(config, dict):
+        raw = register_objects(config)
+    else:
+        name = "default" if config is None else str(config)
+        found = find_yaml("configs", name)
+        if found is None:
+            raise ConfigError("config", f"no such file or preset: {name!r}")
+        raw = read_yaml(found, "config")
+        if os.path.isfile(name):
+            folder = os.path.dirname(os.path.abspath(name))
+            if folder not in sys.path:  # its `module:function` names, as the CLI finds them
+                sys.path.insert(0, folder)
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as the CLI finds them
+        sys.path.insert(0, os.getcwd())
+    return parse_config(apply_overrides(raw, overrides))
+
+
+class Run:
+    """A run folder: its config, metrics, checkpoints, samples and evaluations.
+
+    Args:
+        path: the run folder.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        run_config(self.path, "run")  # a readable run folder, or stagegan.Error
+
+    def __repr__(self):
+        return f"Run({str(self.path)!r})"
+
+    @property
+    def config(self):
+        """The run's `RunConfig`, from its `config.yaml`."""
+        return run_config(self.path, "run")
+
+    def metrics(self):
+        """The records of `metrics.jsonl`: one per logged step, and the evaluations."""
+        path = self.path / "metrics.jsonl"
+        return read_metrics(path) if path.exists() else []
+
+    def checkpoints(self):
+        """The global steps of its listed checkpoints, oldest first."""
+        return [e["step"] for e in checkpoint_entries(self.path, "run")[1]]
+
+    def sample(self, n=16, seed=0, checkpoint=None, ema=True):
+        """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
+        writes (images in [0, 1] as [n, H, W, C], or points)."""
+        from stagegan import runner
+
+        return runner.sample(self.path, n, seed, checkpoint, ema)
+
+    def evaluate(self, count=None, seed=None, checkpoint=None, features=None, ema=True):
+        """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`)."""
+        from stagegan import runner
+
+        return runner.evaluate(self.path, count, seed, checkpoint, features, ema)
+
+    def plan(self):
+        """The plan of the run's config (as `stagegan plan` prints it)."""
+        from stagegan import runner
+
+        return runner.describe(self.config)
+
+    def resume(self, overrides=(), checkpoint=None, quiet=False):
+        """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may
+        extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""
+        from stagegan import runner
+
+        with _logging(quiet):
+            runner.resume(self.path, _overrides(overrides), checkpoint)
+        return self
+
+
+def _overrides(overrides):
+    """`key=value` strings stay; a dict becomes `(key, value)` pairs (callables registered)."""
+    if isinstance(overrides, dict):
+        return [(key, register_objects(value)) for key, value in overrides.items()]
+    if isinstance(overrides, str):
+        return [overrides]
+    return list(overrides)
+
+
+@contextlib.contextmanager
+def _logging(quiet):
+    """stagegan's log lines on stdout (as the CLI prints them), unless `quiet` or the caller
+    configured the `stagegan` logger already."""
+    if log.handlers or quiet:
+        level = log.level
+        if quiet:
+            log.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            log.setLevel(level)
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False  # once, not again through a notebook's root handler
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate

@@ -1,0 +1,123 @@
+"""What `train`, `train --resume`, `plan`, `sample` and `eval` do, once their input is checked:
+the library code under both the command line (`stagegan.cli`) and the Python API
+(`stagegan.api`), so the two give the same results.
+
+Importing this module imports TensorFlow (the CLI silences its native log lines first).
+"""
+
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from stagegan.cluster import is_chief
+from stagegan.loop import check_evaluation, train
+from stagegan.plan import describe_plan
+from stagegan.resume import commit, plan_resume, restore
+from stagegan.rundirs import check_new_run_dir, create_run_dir, lock_run_dir
+from stagegan.runs import evaluate_run, resolve_init, restore_run, sample_arrays
+from stagegan.training import Trainer
+from stagegan.warmstart import warm_start
+
+log = logging.getLogger("stagegan")
+
+
+def start(config, run_dir=None, chief=True):
+    """Train a new run of `config` (a `RunConfig`) to its end; returns its folder.
+
+    Everything that can be checked is checked before the folder exists (the warm start's
+    checkpoint, the evaluation's needs, tracing every stage). A non-chief multi-worker
+    worker (`chief` False) trains into a temporary folder (`worker`).
+    """
+    config, init_prefix = resolve_init(config)
+    if run_dir and chief:
+        check_new_run_dir(run_dir)
+    trainer = Trainer(config)
+    if init_prefix is not None:
+        warm_start(trainer, init_prefix)
+    if chief:
+        check_evaluation(trainer)  # before the run folder exists, and the slow trace
+    trainer.trace()
+    if not chief:
+        return worker(trainer, run_dir)
+    run_dir = create_run_dir(run_dir, name=config.name)
+    lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
+    tmp = run_dir / "config.yaml.tmp"
+    tmp.write_text(config.to_yaml(), encoding="utf-8")
+    os.replace(tmp, run_dir / "config.yaml")
+    log.info("run folder: %s", run_dir)
+    train(trainer, run_dir)
+    return run_dir
+
+
+def resume(run_dir, overrides=(), checkpoint=None, chief=None):
+    """Go on with the run in `run_dir` from `checkpoint` (default: the newest), with the
+    `--set` changes `overrides` (see `stagegan.resume`); returns the folder. `chief`: None
+    asks the cluster (a multi_worker run), else whether this process writes the folder."""
+    plan = plan_resume(run_dir, overrides, checkpoint)
+    if plan.step >= plan.total_steps:
+        log.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
+        return plan.run_dir
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
+        sys.path.insert(0, os.getcwd())
+    if chief is None:
+        chief = is_chief(plan.config, plan.run_dir)
+    trainer = Trainer(plan.config, plan.ends, plan.until)
+    trainer.trace(from_step=plan.step)
+    restore(trainer, plan)
+    if chief:
+        check_evaluation(trainer)  # before the resume changes anything
+    if not chief:
+        return worker(trainer, plan.run_dir)
+    lock = lock_run_dir(Path(run_dir), "--resume")  # noqa: F841 - held while training
+    commit(plan, log)
+    train(trainer, plan.run_dir)
+    return plan.run_dir
+
+
+def worker(trainer, run_dir):
+    """A non-chief worker: the same steps and checkpoint saves as the chief (TensorFlow's
+    multi-worker rule), into a temporary folder that is deleted at the end. It writes no
+    samples, logs or evaluations, and logs warnings only."""
+    log.setLevel(logging.WARNING)
+    config = trainer.config
+    trainer.config = dataclasses.replace(
+        config,
+        samples=None,
+        eval=None,
+        log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
+    )
+    with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
+        train(trainer, Path(folder), run_name=run_dir)
+    return Path(run_dir) if run_dir else None
+
+
+def describe(config):
+    """The plan of `config`: a built and traced trainer, described (`stagegan plan`)."""
+    level = log.level
+    log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
+    try:
+        trainer = Trainer(config)
+        trainer.trace()
+    finally:
+        log.setLevel(level)
+    return describe_plan(trainer)
+
+
+def sample(run_dir, num, seed=0, checkpoint=None, ema=True):
+    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them."""
+    trainer, _ = restore_run(run_dir, checkpoint)
+    task = trainer.task
+    _, outputs, _, _ = sample_arrays(trainer, num, seed, ema)
+    return np.asarray(task.export(outputs), np.float32)
+
+
+def evaluate(run_dir, count=None, seed=None, checkpoint=None, features=None, ema=True):
+    """A run's checkpoint evaluated, as `eval --json` prints it (also appended to
+    `RUN/eval.jsonl`)."""
+    trainer, path = restore_run(run_dir, checkpoint)
+    return evaluate_run(trainer, run_dir, path, count, seed, features, ema=ema)
