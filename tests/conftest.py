@@ -33,7 +33,9 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 # --no-loadscope-reorder`) finish together: measured seconds on 2 cores, largest first.
 SLOWEST_FIRST = [
     "test_resume.py",
+    "test_run_control.py",
     "test_sample_eval.py",
+    "test_api.py",
     "test_multi_worker.py",
     "test_training.py",
     "test_presets.py",

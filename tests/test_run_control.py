@@ -53,7 +53,7 @@ def assert_same_checkpoints(expected, actual, subset=False):
 
 
 def short_config():
-    return two_stage_config("ext", 5, 2, 3, deterministic=True, checkpoint={"every": 2, "keep": 9})
+    return two_stage_config("ext", 5, 2, 3, deterministic=True, checkpoint={"every": 0, "keep": 1})
 
 
 def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_path):
@@ -73,9 +73,9 @@ def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_p
     raw["optimizers"]["g2"] = G2
     raw["stages"] += [MORE_G, MORE_D]
     longer = finished_run(tmp_path / "long", raw)
-    for step in (2, 4, 7, 9, 11):  # before the extension, then the longer config's stage ends
+    for step in (2, 7, 9, 11):  # before the extension, then the longer config's stage ends
         name = f"checkpoints/ckpt-{step:08d}"
-        assert_same_checkpoints(longer / name, short / name, subset=step <= 4)
+        assert_same_checkpoints(longer / name, short / name, subset=step == 2)
     assert records(short / "metrics.jsonl") == records(longer / "metrics.jsonl")
     saved = yaml.safe_load((short / "config.yaml").read_text())
     assert [s["name"] for s in saved["stages"]] == ["d_only", "joint", "g_more", "d_more"]
