@@ -86,7 +86,7 @@ class Trainer:
             self.ema = Ema(config.ema, self.networks, self.placement.variables)
         self.schedule = Schedule(config.stages, ends)
         self.updates = build_updates(config, model, self.placement)
-        check_metrics(config.stages, self.updates.plans)
+        check_metrics(config.stages, self.updates.plans, self.task)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None

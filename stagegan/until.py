@@ -113,11 +113,13 @@ class Conditions:
     def _plateau(self, until, values):
         value = values.get(until.eval)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            known = [k for k, v in values.items() if isinstance(v, float)]
-            raise ConfigError(
-                f"{until.key}.eval",
-                f"the evaluation has no number {until.eval!r} (it has: {', '.join(known)})",
+            # Undefined at this step (mog2d's reverse_kl without any high-quality point):
+            # this check neither improves nor counts.
+            log.warning(
+                "until: the evaluation has no value for %s at this check; not counted",
+                until.eval,
             )
+            return None
         value = float(value)
         sign = 1.0 if until.mode == "min" else -1.0
         if self.best is None or sign * (self.best - value) > until.min_delta:
@@ -140,11 +142,20 @@ def stage_ends(stages, entry):
     return {index[name]: length for name, length in ends.items() if name in index}
 
 
-def check_metrics(stages, stage_plans):
-    """Refuse a threshold on a metric that its stage does not log (before the first step)."""
+def check_metrics(stages, stage_plans, task):
+    """Refuse a threshold on a metric that its stage does not log, or a plateau of one the
+    task does not evaluate (when it declares `eval_metrics`), before the first step."""
     for stage, plans in zip(stages, stage_plans, strict=True):
         until = stage.until
-        if until is None or until.metric is None:
+        if until is None:
+            continue
+        if until.metric is None:
+            known = getattr(task, "eval_metrics", None)
+            if known is not None and until.eval not in known:
+                raise ConfigError(
+                    f"{until.key}.eval",
+                    f"task {task.name!r} evaluates no {until.eval!r} (it has: {', '.join(known)})",
+                )
             continue
         names = [name for plan in plans for name in plan.metric_names()]
         if until.metric not in names:

@@ -384,6 +384,10 @@ CASES = {
         [*TRAIN, *toy("stages[1].until={eval: sharpness, patience: 2}")],
         ["stages[1].until.mode: must be min or max (which way 'sharpness' is better)"],
     ),
+    "until plateau of a metric the task does not evaluate": (
+        ["plan", "--config", "mog_ring", "--set", "stages[1].until={eval: fid, patience: 2}"],
+        ["stages[1].until.eval: task 'mog2d' evaluates no 'fid' (it has: count, modes"],
+    ),
     "until min_steps past the stage": (
         [*TRAIN, *toy("stages[0].until={metric: discriminator/d_loss, below: 1, min_steps: 2}")],
         ["stages[0].until.min_steps: must be below the stage's steps (2)"],

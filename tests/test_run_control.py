@@ -199,14 +199,15 @@ class FakeEvaluation:
 
 
 def test_plateau_counts_checks_without_improvement_by_hand():
-    """fid at checks 1..6: 10, 8, 7.6, 7.7, 7.5, 7.45 with min_delta 0.5 and patience 3:
-    8 improves on 10 (best 8); 7.6, 7.7, 7.5 do not improve by more than 0.5: the 3rd check
-    without improvement (check 5, stage step 10) ends the stage."""
+    """fid at checks 1..7: 10, 8, none, 7.6, 7.7, 7.5, 7.45 with min_delta 0.5 and patience
+    3: 8 improves on 10 (best 8); check 3 has no value and does not count; 7.6, 7.7, 7.5 do not
+    improve by more than 0.5: the 3rd check without improvement (check 6, stage step 12) ends
+    the stage."""
     raw = until_config()
     raw["stages"][0]["until"] = {"eval": "fid", "patience": 3, "min_delta": 0.5, "check_every": 2}
     config = parse_config(raw)
     schedule = Schedule(config.stages)
-    conditions = Conditions(schedule, FakeEvaluation([10, 8, 7.6, 7.7, 7.5, 7.45]))
+    conditions = Conditions(schedule, FakeEvaluation([10, 8, None, 7.6, 7.7, 7.5, 7.45]))
     logging.getLogger("stagegan").setLevel(logging.WARNING)
     ended = None
     for position in schedule.positions(0):

@@ -141,6 +141,7 @@ class Task:
     # Samples and evaluation -------------------------------------------------------------------
 
     eval_count = 1000  # samples an evaluation uses unless told otherwise
+    eval_metrics = None  # the numbers `evaluate` may return (None: not declared)
     sample_count = 16  # samples in a training dump unless told otherwise
 
     def default_eval_count(self):

@@ -139,6 +139,11 @@ class Completion(ImageTask):
     # Samples and evaluation -------------------------------------------------------------------
 
     eval_count = 1000
+    eval_metrics = tuple(
+        f"{prefix}{name}"
+        for prefix in ("", "mean_fill/", "reconstruction_stage_end/")
+        for name in ("l1", "psnr", "ssim", "fid")
+    ) + ("count", "reconstruction_stage_end/step")
     sample_count = 8  # rows
     reconstruction_terms = frozenset({"reconstruction", "reconstruction_l1"})
 

@@ -122,6 +122,7 @@ class Mog2D(Task):
         return float32(self.generator(inputs["z"], training=False))
 
     eval_count = 2500  # as in the VEEGAN and PacGAN papers
+    eval_metrics = ("count", "modes", "modes_total", "high_quality", "reverse_kl")
     sample_count = 1000  # points in a scatter
 
     def picture(self, inputs, outputs, info):

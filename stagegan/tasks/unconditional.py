@@ -78,6 +78,7 @@ class Unconditional(ImageTask):
         return float32(self.generator(inputs["z"], training=False))
 
     eval_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
+    eval_metrics = ("count", "fid", "kid", "kid_std")
 
     def uses_features(self, evaluation):
         return True  # FID/KID: Evaluation.check loads the extractor before training
