@@ -215,9 +215,9 @@ def test_plateau_counts_checks_without_improvement_by_hand():
         if conditions.check(tick):
             ended = position.global_step + 1
             break
-    assert ended == 10 and schedule.ends == {0: 10} and schedule.total_steps == 13
+    assert ended == 12 and schedule.ends == {0: 12} and schedule.total_steps == 15
     assert conditions.state() == {
-        "ends": {"d_only": 10},
+        "ends": {"d_only": 12},
         "total": 0.0,
         "count": 0,
         "best": None,
