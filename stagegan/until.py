@@ -67,13 +67,17 @@ class Conditions:
         until = tick.stage.until
         if until is None:
             return None
+        if tick.position.stage_step == 0:  # a stage starts its checks afresh
+            self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
         if until.metric is not None:
             value = float(tick.output.metrics[until.metric])
             if not math.isnan(value):
                 self.total, self.count = self.total + value, self.count + 1
         stage_steps = tick.position.stage_step + 1
         reason = None
-        if stage_steps % until.check_every == 0 and not tick.stage_done:
+        # A check at the stage's last step too, so a stage extended on resume (whose old last
+        # step was a check in the longer config) decides as the longer config does.
+        if stage_steps % until.check_every == 0:
             if until.metric is not None:
                 reason = self._threshold(until)
             elif stage_steps >= until.min_steps:
@@ -93,8 +97,6 @@ class Conditions:
                 tick.stage.steps,
                 reason,
             )
-        if tick.stage_done:  # the next stage starts its checks afresh
-            self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
         return reason
 
     def _threshold(self, until):

@@ -53,7 +53,12 @@ def assert_same_checkpoints(expected, actual, subset=False):
 
 
 def short_config():
-    return two_stage_config("ext", 5, 2, 3, deterministic=True, checkpoint={"every": 0, "keep": 1})
+    """D alone 2 steps, then 3 joint steps that carry an `until` never met and never checked
+    (check_every 10): its running sum goes on over the extension."""
+    raw = two_stage_config("ext", 5, 2, 3, deterministic=True, checkpoint={"every": 0, "keep": 1})
+    until = {"metric": "discriminator/d_loss", "below": -1.0, "check_every": 10}
+    raw["stages"][1]["until"] = until
+    return raw
 
 
 def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_path):
@@ -77,6 +82,9 @@ def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_p
         name = f"checkpoints/ckpt-{step:08d}"
         assert_same_checkpoints(longer / name, short / name, subset=step == 2)
     assert records(short / "metrics.jsonl") == records(longer / "metrics.jsonl")
+    entries = [json.loads((run / "checkpoints/index.json").read_text()) for run in (short, longer)]
+    states = [{e["step"]: e["until"] for e in index["checkpoints"]} for index in entries]
+    assert states[0][11] == states[1][11] and states[1][11]["count"] == 5  # joint's 5 steps
     saved = yaml.safe_load((short / "config.yaml").read_text())
     assert [s["name"] for s in saved["stages"]] == ["d_only", "joint", "g_more", "d_more"]
     assert saved["stages"][1]["steps"] == 5 and saved["optimizers"]["g2"] == G2
@@ -220,8 +228,8 @@ def test_plateau_counts_checks_without_improvement_by_hand():
         "ends": {"d_only": 12},
         "total": 0.0,
         "count": 0,
-        "best": None,
-        "bad": 0,
+        "best": 8.0,
+        "bad": 3,
     }
 
 
