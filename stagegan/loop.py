@@ -372,7 +372,8 @@ class EvaluationCallback(Callback):
 
 
 class LossPlots(Callback):
-    """plots/losses.png, redrawn at every stage end."""
+    """plots/losses.png, redrawn at every stage end; a stage that ended on its `until` is
+    labelled so, with a red line where it ended."""
 
     def __init__(self, schedule, runlog, run_dir):
         self.schedule, self.runlog, self.folder = schedule, runlog, run_dir / "plots"
@@ -385,7 +386,12 @@ class LossPlots(Callback):
         schedule = self.schedule
         plot_losses(
             read_metrics(self.runlog.path),
-            [(stage.name, schedule.starts[i]) for i, stage in enumerate(schedule.stages)],
+            [
+                (f"{stage.name} (until)" if i in schedule.ends else stage.name, first)
+                for i, (stage, first) in enumerate(
+                    zip(schedule.stages, schedule.starts, strict=True)
+                )
+            ],
             self.folder / "losses.png",
             total_steps=schedule.total_steps,
             ended=[schedule.stage_end(i) for i in sorted(schedule.ends)],
