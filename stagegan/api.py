@@ -133,18 +133,20 @@ class Run:
         """The global steps of its listed checkpoints, oldest first."""
         return [e["step"] for e in checkpoint_entries(self.path, "run")[1]]
 
-    def sample(self, n=16, seed=0, checkpoint=None, ema=True):
+    def sample(self, n=16, seed=0, checkpoint=None, ema=True, batch_size=None):
         """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
-        writes (images in [0, 1] as [n, H, W, C], or points)."""
+        writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time."""
         from stagegan import runner
 
-        return runner.sample(self.path, n, seed, checkpoint, ema)
+        return runner.sample(self.path, n, seed, checkpoint, ema, batch_size)
 
-    def evaluate(self, count=None, seed=None, checkpoint=None, features=None, ema=True):
+    def evaluate(
+        self, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
+    ):
         """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`)."""
         from stagegan import runner
 
-        return runner.evaluate(self.path, count, seed, checkpoint, features, ema)
+        return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
 
     def plan(self):
         """The plan of the run's config (as `stagegan plan` prints it)."""

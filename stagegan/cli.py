@@ -99,6 +99,12 @@ def build_parser():
         p.add_argument(
             "--no-ema", action="store_true", help="use the live weights even if the run has an EMA"
         )
+        p.add_argument(
+            "--batch-size",
+            type=int,
+            help="images per forward pass (default: the run's eval.batch_size, else its "
+            "batch_size): peak memory does not grow with --num / --count",
+        )
 
     sample = commands.add_parser("sample", help="write samples from a run's checkpoint")
     run_arguments(sample)
@@ -290,6 +296,7 @@ def cmd_sample(args):
 
     if args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
+    check_batch_size(args.batch_size)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
 
@@ -297,7 +304,13 @@ def cmd_sample(args):
     trainer, _ = restore_run(args.run, args.checkpoint)
     print(
         write_samples(
-            trainer, args.output, args.num, args.seed, ema=not args.no_ema, input_dir=args.input
+            trainer,
+            args.output,
+            args.num,
+            args.seed,
+            ema=not args.no_ema,
+            input_dir=args.input,
+            batch_size=args.batch_size,
         )
     )
     return 0
@@ -308,6 +321,7 @@ def cmd_eval(args):
 
     if args.count is not None and args.count < 4:
         raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
+    check_batch_size(args.batch_size)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
     from stagegan import runner
@@ -315,10 +329,21 @@ def cmd_eval(args):
 
     quiet_logs()
     result = runner.evaluate(
-        args.run, args.count, args.seed, args.checkpoint, args.features, ema=not args.no_ema
+        args.run,
+        args.count,
+        args.seed,
+        args.checkpoint,
+        args.features,
+        ema=not args.no_ema,
+        batch_size=args.batch_size,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     return 0
+
+
+def check_batch_size(value):
+    if value is not None and value < 1:
+        raise ConfigError("--batch-size", f"must be at least 1. Received: {value}")
 
 
 def quiet_logs():

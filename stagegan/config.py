@@ -77,7 +77,7 @@ TOP_LEVEL_DEFAULTS = {
 DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
 INIT_DEFAULTS = {"run": None, "checkpoint": None, "only": None}
-EVAL_DEFAULTS = {"every": 0, "count": None, "features": None}
+EVAL_DEFAULTS = {"every": 0, "count": None, "features": None, "batch_size": None}
 PROGRESS = ("auto", "bar", "lines")
 GUARD_POLICIES = ("skip", "stop", "off")
 SECTIONS = ("devices", "checkpoint", "log", "samples", "guard")  # always-present mappings
@@ -271,11 +271,13 @@ class SamplesConfig:
 class EvalConfig:
     """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
     `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
-    `package.module:function` for FID/KID."""
+    `package.module:function` for FID/KID; `batch_size`: images per forward pass in
+    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`)."""
 
     every: int
     count: object
     features: object
+    batch_size: object = None
 
 
 @dataclass(frozen=True)
@@ -777,11 +779,21 @@ def _parse_eval(resolved):
     features = value["features"]
     if features is not None:
         _string(features, "eval.features")
+    batch_size = value["batch_size"]
     return EvalConfig(
         every=_integer(value["every"], "eval.every", minimum=0),
         count=None if count is None else _integer(count, "eval.count", minimum=4),
         features=features,
+        batch_size=None if batch_size is None else _integer(batch_size, "eval.batch_size", 1),
     )
+
+
+def chunk_size(config):
+    """Images per forward pass when evaluating or sampling (`eval.batch_size`, else the run's
+    `batch_size`), so their peak memory does not grow with the number of images."""
+    if config.eval is not None and config.eval.batch_size is not None:
+        return config.eval.batch_size
+    return config.batch_size
 
 
 def _parse_init(resolved):

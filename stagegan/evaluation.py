@@ -19,9 +19,10 @@ import tensorflow as tf
 
 from stagegan import metrics
 from stagegan.checkpoints import CheckpointStore
+from stagegan.config import chunk_size
 from stagegan.errors import ConfigError
+from stagegan.samples import chunked_outputs
 
-CHUNK = 256  # samples per forward pass
 INCEPTION_SIDE = 299
 
 
@@ -39,6 +40,7 @@ class Evaluation:
         features_key: the config key or flag that named `features` (for errors).
         count_key: the config key or flag that named `count` (for errors).
         ema: sample from the EMA weights when the run keeps an EMA.
+        batch_size: images per forward pass (None: `config.chunk_size`, the run's batch).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Evaluation:
         features_key="--features",
         count_key="--count",
         ema=True,
+        batch_size=None,
     ):
         self.trainer = trainer
         self.task = trainer.task
@@ -63,6 +66,7 @@ class Evaluation:
         self.features_spec = features or (default_features(data) if "source" in data else INCEPTION)
         self.features_key = features_key
         self.ema = ema and trainer.ema is not None
+        self.batch_size = batch_size or chunk_size(trainer.config)
         self._extractor = None
 
     @property
@@ -102,13 +106,8 @@ class Evaluation:
     # Helpers for tasks ------------------------------------------------------------------------
 
     def sample_outputs(self, inputs):
-        """`trainer.sample_outputs` over `inputs` in chunks of CHUNK; arrays concatenated."""
-        count = len(next(iter(inputs.values())))
-        pieces = []
-        for start in range(0, count, CHUNK):
-            chunk = {k: v[start : start + CHUNK] for k, v in inputs.items()}
-            pieces.append(self.trainer.sample_outputs(chunk, ema=self.ema))
-        return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+        """`trainer.sample_outputs` over `inputs` in chunks of `batch_size`."""
+        return chunked_outputs(self.trainer, inputs, self.batch_size, self.ema)
 
     def last_stage_with_only(self, terms, scope):
         """The last stage whose updates use only loss `terms` and that trains `scope`/."""
@@ -155,8 +154,8 @@ class Evaluation:
         """Feature vectors [N, D] of images [N, S, S, C] in [-1, 1]."""
         extractor = self._load_extractor()
         out = []
-        for start in range(0, len(images), CHUNK):
-            out.append(np.asarray(extractor(images[start : start + CHUNK])))
+        for start in range(0, len(images), self.batch_size):
+            out.append(np.asarray(extractor(images[start : start + self.batch_size])))
         features = np.concatenate(out)
         return features.reshape(len(features), -1)
 

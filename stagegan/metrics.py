@@ -67,6 +67,28 @@ def hole_metrics(truth, completed, mask):
         `tf.image.ssim`; a hole pixel within 5 pixels of the border counts through the nearest
         full window.
     """
+    errors, weights, psnr, ssim = 0.0, 0.0, [], []
+    # HOLE_CHUNK images at a time: the float64 maps below are 8 bytes per pixel each, and
+    # memory stays bounded whatever the number of images.
+    for start in range(0, len(truth), HOLE_CHUNK):
+        part = slice(start, start + HOLE_CHUNK)
+        sums = _hole_sums(truth[part], completed[part], mask[part])
+        errors, weights = errors + sums[0], weights + sums[1]
+        psnr.append(sums[2])
+        ssim.append(sums[3])
+    return {
+        "l1": float(errors / weights),
+        "psnr": float(np.concatenate(psnr).mean()),
+        "ssim": float(np.concatenate(ssim).mean()),
+    }
+
+
+HOLE_CHUNK = 32
+
+
+def _hole_sums(truth, completed, mask):
+    """`hole_metrics` of some images: (sum of |error| over hole elements, their count,
+    PSNR per image, SSIM per image)."""
     truth = np.asarray(truth, np.float64)
     completed = np.asarray(completed, np.float64)
     mask = np.asarray(mask, np.float64)
@@ -74,7 +96,6 @@ def hole_metrics(truth, completed, mask):
         mask = mask[..., None]
     weight = np.broadcast_to(mask, truth.shape)
     error = completed - truth
-    l1 = float(np.sum(np.abs(error) * weight) / np.sum(weight))
     per_image = np.sum(error**2 * weight, axis=(1, 2, 3)) / np.maximum(
         np.sum(weight, axis=(1, 2, 3)), 1
     )
@@ -84,7 +105,7 @@ def hole_metrics(truth, completed, mask):
     ssim = np.sum(ssim_map * window_weights, axis=(1, 2)) / np.maximum(
         np.sum(window_weights, axis=(1, 2)), 1e-12
     )
-    return {"l1": l1, "psnr": float(psnr.mean()), "ssim": float(ssim.mean())}
+    return float(np.sum(np.abs(error) * weight)), float(np.sum(weight)), psnr, ssim
 
 
 def gaussian_window(size=SSIM_SIZE, sigma=SSIM_SIGMA):

@@ -108,16 +108,18 @@ def describe(config):
     return describe_plan(trainer)
 
 
-def sample(run_dir, num, seed=0, checkpoint=None, ema=True):
+def sample(run_dir, num, seed=0, checkpoint=None, ema=True, batch_size=None):
     """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them."""
     trainer, _ = restore_run(run_dir, checkpoint)
     task = trainer.task
-    _, outputs, _, _ = sample_arrays(trainer, num, seed, ema)
+    _, outputs, _, _ = sample_arrays(trainer, num, seed, ema, batch_size=batch_size)
     return np.asarray(task.export(outputs), np.float32)
 
 
-def evaluate(run_dir, count=None, seed=None, checkpoint=None, features=None, ema=True):
+def evaluate(
+    run_dir, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
+):
     """A run's checkpoint evaluated, as `eval --json` prints it (also appended to
     `RUN/eval.jsonl`)."""
     trainer, path = restore_run(run_dir, checkpoint)
-    return evaluate_run(trainer, run_dir, path, count, seed, features, ema=ema)
+    return evaluate_run(trainer, run_dir, path, count, seed, features, ema, batch_size)

@@ -155,7 +155,7 @@ def user_images(task, folder, num):
     return images[:num].astype(np.float32) / 127.5 - 1.0
 
 
-def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
+def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None, batch_size=None):
     """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
     points) or `.png` (the task's picture). Returns a one-line description.
 
@@ -172,7 +172,7 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
     if not output.parent.is_dir():
         raise ConfigError("--output", f"no such folder: {output.parent}")
     task = trainer.task
-    inputs, outputs, info, used_ema = sample_arrays(trainer, num, seed, ema, input_dir)
+    inputs, outputs, info, used_ema = sample_arrays(trainer, num, seed, ema, input_dir, batch_size)
     if output.suffix.lower() == ".npy":
         tmp = output.with_name(output.name + ".tmp.npy")
         np.save(tmp, np.asarray(task.export(outputs), np.float32))
@@ -186,9 +186,9 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None):
     )
 
 
-def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None):
+def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None):
     """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
-    (or made from the images in `input_dir`)."""
+    (or made from the images in `input_dir`), `batch_size` at a time (None: the run's)."""
     from stagegan.evaluation import Evaluation
 
     task = trainer.task
@@ -199,11 +199,13 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None):
         inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
     else:
         inputs, info = task.sample_inputs(num, seed)
-    evaluation = Evaluation(trainer, None, ema=ema)
+    evaluation = Evaluation(trainer, None, ema=ema, batch_size=batch_size)
     return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
 
 
-def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True):
+def evaluate_run(
+    trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True, batch_size=None
+):
     """Evaluate the restored trainer and append the result to `RUN/eval.jsonl`."""
     from stagegan.evaluation import Evaluation
     from stagegan.logs import append_jsonl
@@ -217,6 +219,7 @@ def evaluate_run(trainer, run_dir, checkpoint, count=None, seed=None, features=N
         seed=trainer.config.seed if seed is None else seed,
         features=features,
         ema=ema,
+        batch_size=batch_size,
     )
     result = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

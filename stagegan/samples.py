@@ -16,6 +16,7 @@ import zipfile
 import numpy as np
 
 from stagegan import pictures
+from stagegan.config import chunk_size
 from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl
 
@@ -55,6 +56,17 @@ def read_inputs(path):
         ) from None
 
 
+def chunked_outputs(trainer, inputs, batch_size, ema=True):
+    """`trainer.sample_outputs(inputs)`, run `batch_size` inputs at a time (so the networks'
+    activations never hold more than a batch), the output arrays concatenated."""
+    count = len(next(iter(inputs.values())))
+    pieces = []
+    for start in range(0, count, batch_size):
+        chunk = {k: v[start : start + batch_size] for k, v in inputs.items()}
+        pieces.append(trainer.sample_outputs(chunk, ema=ema))
+    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
 class SampleDumper:
     """Writes the run's sample pictures and their manifest.
 
@@ -85,7 +97,8 @@ class SampleDumper:
 
     def dump(self, step, stage_name):
         """Sample, write the PNG and its manifest line; returns `(path, picture)`."""
-        outputs = self.trainer.sample_outputs(self.inputs, ema=self.ema)
+        chunk = chunk_size(self.trainer.config)
+        outputs = chunked_outputs(self.trainer, self.inputs, chunk, self.ema)
         picture = self.trainer.task.picture(self.inputs, outputs, self.info)
         ema = ", EMA" if self.ema else ""
         picture = pictures.with_title(picture, f"step {step:,}, stage {stage_name}{ema}")

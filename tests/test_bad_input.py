@@ -228,6 +228,14 @@ CASES = {
     ),
     "ema decay out of range": ([*TRAIN, *toy("ema.decay=2")], ["ema.decay: must be in [0, 1)"]),
     "eval count below 4": ([*TRAIN, *toy("eval.count=2")], ["eval.count: must be at least 4"]),
+    "eval batch size of zero": (
+        [*TRAIN, *toy("eval.batch_size=0")],
+        ["eval.batch_size: must be at least 1"],
+    ),
+    "sample with a batch size of zero": (
+        ["sample", "--run", "{root}/run", "--num", "4", "--output", "x.npy", "--batch-size", "0"],
+        ["--batch-size: must be at least 1. Received: 0"],
+    ),
     "unknown progress mode": (
         [*TRAIN, *toy("log.progress=fancy")],
         ["log.progress: must be one of auto, bar, lines"],

@@ -319,3 +319,29 @@ def test_eval_settings_may_change_on_resume(tmp_path):
     new = load_config("wgan_gp_shapes", ["eval={every: 100}", "batch_size=32"])
     with pytest.raises(Exception, match="cannot change on resume"):
         check_changes(old, new, step=50)
+
+
+def test_evaluation_and_sampling_in_chunks_match_one_pass(completion, mog, tmp_path):
+    """`--batch-size` bounds the images per forward pass; the results are those of one pass
+    over all of them, up to float32 rounding (convolutions on this CPU pick other kernels for
+    other batch sizes: |difference| <= 1.4e-7 in the outputs, measured)."""
+
+    def evaluate(batch_size):
+        args = ["eval", "--run", completion, "--count", 20, "--seed", 2, "--json"]
+        result = inprocess(*args, "--batch-size", batch_size)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["metrics"]
+
+    chunked, whole = evaluate(3), evaluate(20)  # 7 passes (the last of 2 images), and one
+    assert sorted(chunked) == sorted(whole)
+    for name, value in whole.items():
+        if isinstance(value, float):
+            assert chunked[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    for name, batch_size in (("chunked", 7), ("whole", 50)):
+        result = sample(
+            mog, tmp_path / f"{name}.npy", 50, 4, "--batch-size", batch_size, run=inprocess
+        )
+        assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(
+        np.load(tmp_path / "chunked.npy"), np.load(tmp_path / "whole.npy"), rtol=1e-5, atol=1e-6
+    )
