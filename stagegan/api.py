@@ -69,7 +69,7 @@ def train(
     extra = [("init", init)] if init_from is not None else []
     resolved = load(config, [*_overrides(overrides), *extra])
     with _logging(quiet):
-        return Run(runner.start(resolved, run_dir))
+        return Run(runner.start(resolved, run_dir), quiet=quiet)
 
 
 def load_run(path):
@@ -112,8 +112,9 @@ class Run:
         path: the run folder.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, quiet=False):
         self.path = Path(path)
+        self.quiet = quiet  # what `resume` does unless told
         run_config(self.path, "run")  # a readable run folder, or stagegan.Error
 
     def __repr__(self):
@@ -138,6 +139,8 @@ class Run:
         writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time."""
         from stagegan import runner
 
+        _at_least(n, 1, "n")
+        _at_least(batch_size, 1, "batch_size")
         return runner.sample(self.path, n, seed, checkpoint, ema, batch_size)
 
     def evaluate(
@@ -146,6 +149,8 @@ class Run:
         """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`)."""
         from stagegan import runner
 
+        _at_least(count, 4, "count")
+        _at_least(batch_size, 1, "batch_size")
         return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
 
     def plan(self):
@@ -154,14 +159,22 @@ class Run:
 
         return runner.describe(self.config)
 
-    def resume(self, overrides=(), checkpoint=None, quiet=False):
+    def resume(self, overrides=(), checkpoint=None, quiet=None):
         """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may
         extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""
         from stagegan import runner
 
-        with _logging(quiet):
+        with _logging(self.quiet if quiet is None else quiet):
             runner.resume(self.path, _overrides(overrides), checkpoint)
         return self
+
+
+def _at_least(value, least, key):
+    """None, or an integer of at least `least` (as the CLI checks its flags)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(key, f"must be an integer. Received: {value!r}")
+    if value is not None and value < least:
+        raise ConfigError(key, f"must be at least {least}. Received: {value}")
 
 
 def _overrides(overrides):

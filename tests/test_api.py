@@ -95,3 +95,11 @@ def test_errors_are_one_type_with_the_key_path(tmp_path):
     with pytest.raises(stagegan.Error) as caught:
         stagegan.train({"task": "mog2d", "batch_size": 8, "stages": "alternating", "sed": 1})
     assert caught.value.key == "sed"
+
+
+def test_api_checks_its_arguments_as_the_cli_does(runs):
+    api, _, _ = runs
+    for call, key in ((lambda: api.sample(0), "n"), (lambda: api.evaluate(count=-3), "count")):
+        with pytest.raises(stagegan.ConfigError) as caught:
+            call()
+        assert caught.value.key == key and "must be at least" in caught.value.message
