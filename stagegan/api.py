@@ -134,14 +134,15 @@ class Run:
         """The global steps of its listed checkpoints, oldest first."""
         return [e["step"] for e in checkpoint_entries(self.path, "run")[1]]
 
-    def sample(self, n=16, seed=0, checkpoint=None, ema=True, batch_size=None):
+    def sample(self, n=16, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
         """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
-        writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time."""
+        writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time; a
+        class-conditional run's all of class `class_name` (a name or an index) if given."""
         from stagegan import runner
 
         _at_least(n, 1, "n")
         _at_least(batch_size, 1, "batch_size")
-        return runner.sample(self.path, n, seed, checkpoint, ema, batch_size)
+        return runner.sample(self.path, n, seed, checkpoint, ema, batch_size, class_name)
 
     def evaluate(
         self, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None

@@ -1,5 +1,5 @@
-"""The command line: `train`, `plan`, `sample` and `eval`. Parses arguments, calls library
-functions.
+"""The command line: `train`, `launch`, `plan`, `sample`, `eval` and `prepare`. Parses
+arguments, calls library functions.
 
 Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
 """
@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 
+from stagegan import prepare
 from stagegan.config import check_batch_divides, load_config
 from stagegan.errors import ConfigError, RunStopped, WriteError
 
@@ -137,6 +138,36 @@ def build_parser():
         "else inception)",
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    prepare_parser = commands.add_parser(
+        "prepare",
+        help="convert an image folder to sharded TFRecords (data.source: tfrecord)",
+        description="Fit every PNG and JPEG file below FOLDER to SIZE x SIZE (as data.source: "
+        "folder does), store it as PNG in TFRecord shards in a new folder, and print the data: "
+        "block that reads them. An interrupted prepare leaves no OUTPUT.",
+    )
+    prepare_parser.add_argument(
+        "folder", metavar="FOLDER", help="the images; with --labels, one subfolder per class"
+    )
+    prepare_parser.add_argument(
+        "--output", required=True, metavar="DIR", help="the folder to write (new, or empty)"
+    )
+    prepare_parser.add_argument("--size", type=int, required=True, help="image side in pixels")
+    prepare_parser.add_argument(
+        "--channels", type=int, default=3, help="1 (grey) or 3 (default: 3)"
+    )
+    prepare_parser.add_argument(
+        "--labels",
+        action="store_true",
+        help="the subfolders of FOLDER are the classes (their sorted names; feature 'label')",
+    )
+    prepare_parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=prepare.SHARD_SIZE,
+        help=f"images per shard file (default: {prepare.SHARD_SIZE})",
+    )
+    prepare_parser.set_defaults(func=cmd_prepare)
     return parser
 
 
@@ -338,6 +369,24 @@ def cmd_eval(args):
         batch_size=args.batch_size,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def cmd_prepare(args):
+    arguments = {
+        "folder": args.folder,
+        "output": args.output,
+        "size": args.size,
+        "channels": args.channels,
+        "shard_size": args.shard_size,
+    }
+    prepare.check_arguments(**arguments)  # before the slow TensorFlow import
+    import_tensorflow()
+    # Unreadable files are warned of on stderr, beside the progress: stdout is the block.
+    logging.getLogger("stagegan").handlers[0].setStream(sys.stderr)
+    with prepare.ConsoleProgress(sys.stderr) as progress:
+        result = prepare.prepare(**arguments, labels=args.labels, progress=progress)
+    print(prepare.describe(result))
     return 0
 
 

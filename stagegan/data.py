@@ -34,6 +34,9 @@ DEFAULTS = {
     "key": "images",
     "image_feature": "image",
     "shuffle_buffer": 10000,
+    "cache": "none",
+    "labels": None,
+    "classes": None,
 }
 
 
@@ -132,10 +135,11 @@ def _shape_labels(owner, kinds, colours, base):
 
 
 def load_images(options, seed, held_out=False):
-    """All images of a source as uint8 numpy [N, H, W, C] (the in-memory sources) or None.
+    """All images of a source as uint8 numpy [N, H, W, C], or None for `tfrecord` (a stream).
 
     `held_out` asks for the evaluation split: 10,000 images from a different seed for
-    `shapes`, the test split for keras datasets, and the same files otherwise.
+    `shapes`, the test split for keras datasets, and the same files otherwise. A folder's
+    unreadable files are left out, with a warning naming each.
     """
     source = options["source"]
     size, channels = options["size"], options["channels"]
@@ -143,9 +147,13 @@ def load_images(options, seed, held_out=False):
         count = SHAPES_HELD_OUT if held_out else options["count"]
         return draw_shapes(count, size, seed + (7919 if held_out else 0), channels)
     if source == "npz":
-        return _load_npz(options)
+        return _load_npz(options)[0]
     if source == "folder":
-        return _load_folder(options)
+        listing = list_folder(options)
+        images, ok = decode_files(listing.files, size, channels)
+        if not ok.any():
+            raise ConfigError("data.path", f"no readable image among the files of {listing.path}")
+        return images[ok]
     if source in ("mnist", "fashion_mnist", "cifar10"):
         return _load_keras(source, held_out, options)
     return None
@@ -160,25 +168,103 @@ def has_held_out(source):
     return source in HELD_OUT_SOURCES
 
 
+class Pool:
+    """The real images that samples and metrics choose from, loaded only when chosen.
+
+    Attributes:
+        size: how many there are.
+        held_out: whether training never sees them.
+        labels: int array [size] of class indices, or None.
+        load: `load(indices) -> (uint8 images, labels or None)` for an int array of indices.
+    """
+
+    def __init__(self, size, held_out, load, labels=None):
+        self.size, self.held_out, self.load, self.labels = size, held_out, load, labels
+
+
+def reference_pool(options, seed, count):
+    """The `Pool` behind `ImageTask.reference_images`: the held-out split where the source
+    has one; a folder's files (decoded when chosen, so memory does not grow with the folder);
+    a stream's first `count` images."""
+    source = options["source"]
+    if source == "folder":
+        listing = list_folder(options)
+        files, labels = np.array(listing.files), listing.labels
+
+        def load(indices):
+            images, ok = decode_files(files[indices], options["size"], options["channels"])
+            return images[ok], None if labels is None else labels[indices][ok]
+
+        return Pool(len(files), False, load, labels)
+    if source == "tfrecord":
+        images, labels = take_stream_images(options, count)
+    else:
+        held_out = has_held_out(source)
+        images = load_images(options, seed, held_out=held_out)
+        labels = _load_npz(options)[1] if source == "npz" else None
+    held_out = has_held_out(source)
+    take = lambda i: (images[i], None if labels is None else labels[i])
+    return Pool(len(images), held_out, take, labels)
+
+
 def take_stream_images(options, count):
-    """The first `count` images of a streamed source (uint8), from a pipeline of its own."""
-    batches = _tfrecord_images(options).take(count).batch(count)
-    return next(iter(batches)).numpy()
+    """The first `count` images of a streamed source (uint8) and their labels (or None)."""
+    batches = _tfrecord_examples(options).take(count).batch(count)
+    first = next(iter(batches))
+    return first["x"].numpy(), first["y"].numpy() if "y" in first else None
 
 
 def tfrecord_dataset(options, seed, batch_size):
     """The streaming pipeline of `tfrecord`: a `tf.data.Dataset` of global batches."""
-    ds = _tfrecord_images(options)
+    ds = _tfrecord_examples(options)
     ds = ds.shuffle(options["shuffle_buffer"], seed=seed, reshuffle_each_iteration=True)
-    ds = ds.repeat().map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(batch_size, drop_remainder=True).map(lambda x: {"x": x})
+    return _batched(ds.repeat(), batch_size)
+
+
+def _batched(ds, batch_size):
+    """Global batches of uint8 examples, as float32 in [-1, 1], in a fixed order, prefetched."""
+    ds = ds.batch(batch_size, drop_remainder=True).map(
+        lambda example: {**example, "x": _to_float(example["x"])}
+    )
     deterministic = tf.data.Options()
     deterministic.deterministic = True
+    # The report of an unreadable file (a py_function, run only for such a file) is the one
+    # stateful op: it has no state that a resumed run would need.
+    deterministic.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE
+    )
     return ds.with_options(deterministic).prefetch(tf.data.AUTOTUNE)
 
 
 def _to_float(image):
     return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+def fit_image(image, size, channels):
+    """Centre-crop one uint8 image [H, W, 3] to a square, resize it to `size` (antialiased,
+    rounded) and give it `channels` (grey: the rounded mean of R, G and B). Graph code: the
+    folder stream, `prepare` and the TFRecord reader share it, so they see the same pixels."""
+    shape = tf.shape(image)
+    side = tf.minimum(shape[0], shape[1])
+    image = tf.image.crop_to_bounding_box(
+        image, (shape[0] - side) // 2, (shape[1] - side) // 2, side, side
+    )
+
+    def resize():
+        resized = tf.image.resize(image, [size, size], antialias=True)
+        return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+
+    image = tf.cond(tf.equal(side, size), lambda: tf.ensure_shape(image, [size, size, 3]), resize)
+    if channels == 1:
+        mean = tf.reduce_mean(tf.cast(image, tf.float32), axis=-1, keepdims=True)
+        image = tf.cast(tf.round(mean), tf.uint8)
+    return tf.ensure_shape(image, [size, size, channels])
+
+
+def decode_image(raw, size, channels):
+    """Encoded PNG/JPEG/GIF/BMP bytes -> uint8 [size, size, channels] (see `fit_image`)."""
+    image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+    return fit_image(image, size, channels)
 
 
 def _fit(images, size, channels, key):
@@ -232,47 +318,241 @@ def _require_path(options):
 
 
 def _load_npz(options):
+    """The images of an npz source (uint8) and its labels (None without `data.labels`)."""
     path = _require_path(options)
+    names = [options["key"]] + ([options["labels"]] if options["labels"] else [])
     try:
         with np.load(path) as archive:
-            if options["key"] not in archive:
-                raise ConfigError(
-                    "data.key",
-                    f"{path} has no array {options['key']!r} (has: {', '.join(archive.files)})",
-                )
-            images = archive[options["key"]]
+            for name, key in zip(names, ("data.key", "data.labels"), strict=False):
+                if name not in archive:
+                    raise ConfigError(
+                        key, f"{path} has no array {name!r} (has: {', '.join(archive.files)})"
+                    )
+            arrays = [archive[name] for name in names]
     except FileNotFoundError:
         raise ConfigError("data.path", f"file not found: {path}") from None
     except (OSError, ValueError) as e:
         raise ConfigError("data.path", f"cannot read {path} as .npz: {e}") from None
-    return _fit(images, options["size"], options["channels"], f"data.key ({path})")
+    images = _fit(arrays[0], options["size"], options["channels"], f"data.key ({path})")
+    if len(arrays) == 1:
+        return images, None
+    labels = check_labels(arrays[1], len(images), options, f"array {names[1]!r} of {path}")
+    return images, labels
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-def _load_folder(options):
-    path = _require_path(options)
-    if not os.path.isdir(path):
-        raise ConfigError("data.path", f"no such folder: {path}")
-    files = sorted(
+class Listing:
+    """A folder's image files in a fixed order, with class indices and names when
+    `data.labels: subfolders` (else None)."""
+
+    def __init__(self, path, files, labels=None, classes=None):
+        self.path, self.files, self.labels, self.classes = path, files, labels, classes
+
+
+def _image_files(folder):
+    return sorted(
         os.path.join(root, name)
-        for root, _, names in os.walk(path)
+        for root, _, names in os.walk(folder)
         for name in names
         if name.lower().endswith(IMAGE_SUFFIXES)
     )
-    if not files:
-        raise ConfigError("data.path", f"no PNG or JPEG files under {path}")
-    images = []
-    size = options["size"]
-    for file in files:
-        try:
-            raw = tf.io.read_file(file)
-            image = tf.io.decode_image(raw, channels=3, expand_animations=False).numpy()
-        except tf.errors.OpError:
-            raise ConfigError("data.path", f"unreadable image: {file}") from None
-        images.append(_fit(image[None], size, options["channels"], f"data.path ({file})")[0])
-    return np.stack(images)
+
+
+def list_folder(options):
+    """The `Listing` of a folder source: every PNG/JPEG file below `data.path`, sorted; with
+    `data.labels: subfolders`, the sorted subfolder names are the classes and each class's
+    files are those below its subfolder. Reads names only, never an image."""
+    path = _require_path(options)
+    if not os.path.isdir(path):
+        raise ConfigError("data.path", f"no such folder: {path}")
+    if options["labels"] is None:
+        files = _image_files(path)
+        if not files:
+            raise ConfigError("data.path", f"no PNG or JPEG files under {path}")
+        return Listing(path, files)
+    if options["labels"] != "subfolders":
+        raise ConfigError(
+            "data.labels",
+            f"a folder's labels must be 'subfolders' (one subfolder per class). "
+            f"Received: {options['labels']!r}",
+        )
+    loose = [n for n in sorted(os.listdir(path)) if n.lower().endswith(IMAGE_SUFFIXES)]
+    if loose:
+        raise ConfigError(
+            "data.labels",
+            f"{len(loose)} image{'s' if len(loose) > 1 else ''} lie directly in {path}, "
+            f"outside any class subfolder (e.g. {loose[0]})",
+        )
+    classes = sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
+    if not classes:
+        raise ConfigError("data.labels", f"{path} has no subfolders to take classes from")
+    files, labels = [], []
+    for index, name in enumerate(classes):
+        found = _image_files(os.path.join(path, name))
+        if not found:
+            raise ConfigError(
+                "data.labels", f"class {name!r} has no images ({os.path.join(path, name)})"
+            )
+        files += found
+        labels += [index] * len(found)
+    return Listing(path, files, np.array(labels, np.int32), classes)
+
+
+def check_labels(labels, count, options, where):
+    """Class indices for `count` images as int32 [count]: integers in [0, K), every class
+    present; K is `len(data.classes)` when given, else the largest label + 1."""
+    labels = np.asarray(labels)
+    if labels.shape != (count,):
+        raise ConfigError(
+            "data.labels", f"{where} has shape {list(labels.shape)}; {count} images need [{count}]"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ConfigError("data.labels", f"{where} must hold integers; got {labels.dtype}")
+    classes = options["classes"]
+    top = len(classes) if classes is not None else int(labels.max()) + 1
+    if labels.min() < 0 or labels.max() >= top:
+        raise ConfigError(
+            "data.labels",
+            f"{where} holds {int(labels.min())} to {int(labels.max())}; "
+            f"class indices must lie in [0, {top})"
+            + (f" (data.classes names {top})" if classes is not None else ""),
+        )
+    counts = np.bincount(labels, minlength=top)
+    if (counts == 0).any():
+        empty = int(np.argmin(counts))
+        name = f" ({classes[empty]!r})" if classes is not None else ""
+        raise ConfigError("data.labels", f"class {empty}{name} has no images in {where}")
+    return labels.astype(np.int32)
+
+
+def class_names(options, labels):
+    """The names of the classes: `data.classes`, else "0", "1", ..."""
+    if options["classes"] is not None:
+        return [str(name) for name in options["classes"]]
+    return [str(k) for k in range(int(labels.max()) + 1)]
+
+
+PROBE = 16  # files decoded at start-up to refuse a folder of unreadable files early
+
+
+def check_readable(listing, options):
+    """Refuse a folder whose first files (up to `PROBE`, spread over the listing) are all
+    unreadable: the stream skips unreadable files, and would wait forever on such a folder.
+    Costs a fixed number of decodes, whatever the folder's size."""
+    step = max(1, len(listing.files) // PROBE)
+    probe = listing.files[::step][:PROBE]
+    if not decode_files(probe, options["size"], options["channels"])[1].any():
+        raise ConfigError(
+            "data.path", f"none of {len(probe)} files probed in {listing.path} is a readable image"
+        )
+
+
+def decode_files(files, size, channels):
+    """Decode and fit image files in parallel: `(uint8 [N, size, size, channels], ok)`, with
+    black images where `ok` is False (unreadable files; each is warned of)."""
+    if len(files) == 0:
+        return np.zeros((0, size, size, channels), np.uint8), np.zeros(0, bool)
+    paths = tf.data.Dataset.from_tensor_slices(tf.constant([str(f) for f in files]))
+    ds = _decoded(paths, size, channels)
+    images, ok = [], []
+    for example in ds.batch(256):
+        images.append(example["x"].numpy())
+        ok.append(example["ok"].numpy())
+    return np.concatenate(images), np.concatenate(ok)
+
+
+def _decoded(paths, size, channels, labels=None):
+    """`{"x": uint8 image, "ok": decoded}` (and `"y"`, from the dataset `labels`) per file
+    path of the dataset `paths`, in order, decoded in parallel. An unreadable file gives a
+    black image with `ok` False and a warning naming it (the caller filters on `ok`)."""
+    blank = tf.zeros([size, size, channels], tf.uint8)
+
+    def one(path):
+        good = (
+            tf.data.Dataset.from_tensors(path)
+            .map(lambda p: {"x": decode_image(tf.io.read_file(p), size, channels), "ok": True})
+            .ignore_errors()
+        )
+        bad = tf.data.Dataset.from_tensors(path).map(
+            lambda p: {"x": _report(p, blank), "ok": False}
+        )
+        return good.concatenate(bad).take(1)
+
+    decoded = paths.interleave(
+        one,
+        cycle_length=16,
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if labels is None:
+        return decoded
+    return tf.data.Dataset.zip(decoded, labels).map(lambda example, y: {**example, "y": y})
+
+
+SKIPPED = set()  # the unreadable files met by this process
+
+
+def _report(path, blank):
+    """Warn of an unreadable file (a py_function: this branch runs only for such a file)."""
+
+    def warn(path):
+        name = path.numpy().decode()
+        if name not in SKIPPED:  # once per file and process, not once per epoch
+            SKIPPED.add(name)
+            log.warning(
+                "data.path: skipped unreadable image %s (%d skipped so far)", name, len(SKIPPED)
+            )
+        return True
+
+    done = tf.py_function(warn, [path], tf.bool)
+    with tf.control_dependencies([done]):
+        return tf.identity(blank)
+
+
+def folder_dataset(listing, options, seed, batch_size, cached=None):
+    """The streaming pipeline of `folder`: global batches in a fresh permutation of the files
+    each epoch, from the run seed and the epoch number (`stateless_shuffle`), so the order
+    depends on nothing else and the checkpointed iterator holds only counters and the
+    prefetched batches. Files are decoded as they come, in parallel; with `cached`, the
+    `decode_files` result of all of them (`data.cache: memory`), they are looked up instead, in
+    the same order."""
+    count = len(listing.files)
+
+    def epoch(number):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), number])
+        )
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    indices = tf.data.Dataset.counter().flat_map(epoch)
+    labels = listing.labels
+    if labels is not None:
+        label_table = tf.constant(labels)
+    if cached is not None:
+        table, ok = tf.constant(cached[0]), tf.constant(cached[1])
+
+        def lookup(i):
+            return {"x": tf.gather(table, i), "ok": tf.gather(ok, i)}
+
+        ds = indices.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if labels is not None:
+            ds = tf.data.Dataset.zip(ds, indices.map(lambda i: tf.gather(label_table, i)))
+            ds = ds.map(lambda example, y: {**example, "y": y})
+    else:
+        paths = tf.constant(listing.files)
+        ds = _decoded(
+            indices.map(lambda i: tf.gather(paths, i)),
+            options["size"],
+            options["channels"],
+            indices.map(lambda i: tf.gather(label_table, i)) if labels is not None else None,
+        )
+    ds = ds.filter(lambda example: example["ok"]).map(
+        lambda example: {k: v for k, v in example.items() if k != "ok"}
+    )
+    return _batched(ds, batch_size)
 
 
 def _load_keras(name, held_out, options):
@@ -292,51 +572,121 @@ def _load_keras(name, held_out, options):
     )
 
 
-def _tfrecord_images(options):
+def tfrecord_files(options):
+    """The TFRecord files of `data.path` (a file or a glob), sorted; checks the first record
+    for the image feature (and the label feature, with `data.labels`)."""
     path = _require_path(options)
     files = sorted(glob.glob(path))
     if not files:
         raise ConfigError("data.path", f"no TFRecord files match {path}")
-    feature = options["image_feature"]
-    size, channels = options["size"], options["channels"]
-
-    def parse(record):
-        parsed = tf.io.parse_single_example(record, {feature: tf.io.FixedLenFeature([], tf.string)})
-        image = tf.io.decode_image(parsed[feature], channels=3, expand_animations=False)
-        image = tf.image.resize_with_crop_or_pad(
-            image, tf.reduce_min(tf.shape(image)[:2]), tf.reduce_min(tf.shape(image)[:2])
-        )
-        image = tf.image.resize(image, [size, size], antialias=True)
-        image = tf.clip_by_value(tf.round(image), 0, 255)
-        if channels == 1:
-            image = tf.image.rgb_to_grayscale(image)
-        return tf.cast(image, tf.uint8)
-
     try:
         first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)))
         example = tf.train.Example.FromString(first.numpy())
     except Exception:  # noqa: BLE001 - missing, truncated or not TFRecord: one message
         raise ConfigError("data.path", f"cannot read TFRecords from {files[0]}") from None
-    if feature not in example.features.feature:
-        known = ", ".join(example.features.feature.keys())
+    known = ", ".join(example.features.feature.keys())
+    for key in ("image_feature", "labels"):
+        feature = options[key]
+        if feature is not None and feature not in example.features.feature:
+            raise ConfigError(f"data.{key}", f"no feature {feature!r} in {files[0]} (has: {known})")
+    if options["labels"] is not None and options["classes"] is None:
         raise ConfigError(
-            "data.image_feature", f"no feature {feature!r} in {files[0]} (has: {known})"
+            "data.classes",
+            "required with data.labels for source tfrecord: the class names, in label order "
+            "(`stagegan prepare` prints them)",
         )
+    return files
+
+
+def _tfrecord_examples(options):
+    """`{"x": uint8 image}` (and `"y"`: its label) per record, in file order."""
+    files = tfrecord_files(options)
+    image_feature, label_feature = options["image_feature"], options["labels"]
+    size, channels = options["size"], options["channels"]
+    spec = {image_feature: tf.io.FixedLenFeature([], tf.string)}
+    if label_feature is not None:
+        spec[label_feature] = tf.io.FixedLenFeature([], tf.int64)
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, spec)
+        example = {"x": decode_image(parsed[image_feature], size, channels)}
+        if label_feature is not None:
+            example["y"] = tf.cast(parsed[label_feature], tf.int32)
+        return example
+
     return tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def tfrecord_label_counts(options):
+    """Images per class of a labelled TFRecord source (reads every record's label)."""
+    files = tfrecord_files(options)
+    spec = {options["labels"]: tf.io.FixedLenFeature([], tf.int64)}
+    labels = tf.data.TFRecordDataset(files).map(
+        lambda r: tf.io.parse_single_example(r, spec)[options["labels"]],
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    counts = np.zeros(len(options["classes"]), np.int64)
+    for batch in labels.batch(4096):
+        values = batch.numpy()
+        if values.min() < 0 or values.max() >= len(counts):
+            raise ConfigError(
+                "data.labels",
+                f"labels of {options['path']} hold {values.min()} to {values.max()}; "
+                f"data.classes names {len(counts)} classes",
+            )
+        counts += np.bincount(values, minlength=len(counts))
+    return counts
+
+
+CACHES = ("none", "memory")
 
 
 def check_options(options):
     """Check the generic data options (types are checked by the task's defaults)."""
-    if options["source"] not in SOURCES:
-        raise ConfigError(
-            "data.source", f"unknown source {options['source']!r} (known: {', '.join(SOURCES)})"
-        )
+    source = options["source"]
+    if source not in SOURCES:
+        raise ConfigError("data.source", f"unknown source {source!r} (known: {', '.join(SOURCES)})")
     if options["size"] < 4:
         raise ConfigError("data.size", f"must be at least 4. Received: {options['size']}")
     if options["channels"] not in (1, 3):
         raise ConfigError("data.channels", f"must be 1 or 3. Received: {options['channels']}")
     if options["count"] < 1:
         raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
+    if options["cache"] not in CACHES:
+        raise ConfigError(
+            "data.cache", f"must be one of {', '.join(CACHES)}. Received: {options['cache']!r}"
+        )
+    if options["cache"] != "none" and source != "folder":
+        raise ConfigError("data.cache", f"applies to source folder only, not {source!r}")
+    _check_label_options(options)
+
+
+def _check_label_options(options):
+    source = options["source"]
+    labels, classes = options["labels"], options["classes"]
+    if labels is not None:
+        if source not in ("folder", "npz", "tfrecord"):
+            raise ConfigError(
+                "data.labels",
+                f"source {source!r} has no labels (folder: 'subfolders'; npz: an array name; "
+                "tfrecord: a feature name)",
+            )
+        if not isinstance(labels, str) or not labels:
+            raise ConfigError("data.labels", f"must be a name. Received: {labels!r}")
+    if classes is not None:
+        if labels is None or source == "folder":
+            raise ConfigError(
+                "data.classes",
+                "names the classes of npz or tfrecord labels (a folder's are its subfolders)",
+            )
+        if (
+            not isinstance(classes, list)
+            or not classes
+            or len(set(map(str, classes))) < len(classes)
+        ):
+            raise ConfigError(
+                "data.classes", f"must be a list of distinct names. Received: {classes!r}"
+            )
 
 
 # Below this many images a GAN reproduces its training set rather than learning the data.
@@ -361,33 +711,67 @@ def check_count(count, batch_size, path):
 
 
 class ImageSource:
-    """The images of a run, served one global batch at a time inside the step function.
+    """The images of a run, served one global batch at a time inside the step function:
+    `{"x": float32 images in [-1, 1]}`, with `"y"` (int32 class indices) for labelled data.
 
-    In-memory sources (everything but `tfrecord`) draw each batch as random indices from the
-    run's data stream (sampling with replacement), so the data position is just that stream's
-    checkpointed state: no shuffle buffer to save, and exact on resume. `tfrecord` streams
-    through a shuffled tf.data pipeline whose iterator is checkpointed (with its buffer).
+    `shapes`, `npz` and the keras datasets are held in memory (uint8) and each batch is drawn
+    as random indices from the run's data stream (with replacement), so the data position is
+    that stream's checkpointed state. `folder` and `tfrecord` stream through tf.data (a folder:
+    a fresh seeded permutation of its files each epoch; TFRecords: a seeded shuffle buffer), and
+    the iterator is checkpointed: start-up reads the file list only, and memory does not grow
+    with the number of images.
+
+    Attributes:
+        classes: class names (labelled data) or None.
+        class_counts: images per class, or None (unlabelled, or a TFRecord source, whose
+            counts `tfrecord_label_counts` reads).
     """
 
     def __init__(self, options, seed, batch_size):
         check_options(options)
         self.options = options
-        if options["source"] == "tfrecord":
-            self.images = None
+        self.images = self.labels = self.iterator = self.classes = self.class_counts = None
+        self.count = None  # images, where known without reading a stream
+        source = options["source"]
+        if source == "tfrecord":
             self.iterator = iter(tfrecord_dataset(options, seed, batch_size))
+            if options["labels"] is not None:
+                self.classes = [str(name) for name in options["classes"]]
+        elif source == "folder":
+            listing = list_folder(options)
+            check_count(len(listing.files), batch_size, listing.path)
+            check_readable(listing, options)
+            self.count = len(listing.files)
+            self._set_classes(listing.classes, listing.labels)
+            cached = None
+            if options["cache"] == "memory":
+                cached = decode_files(listing.files, options["size"], options["channels"])
+            self.iterator = iter(folder_dataset(listing, options, seed, batch_size, cached))
         else:
-            images = load_images(options, seed)
-            if options["source"] in ("folder", "npz"):
+            images, labels = (
+                _load_npz(options) if source == "npz" else (load_images(options, seed), None)
+            )
+            if source == "npz":
                 check_count(len(images), batch_size, options["path"])
-            self.images = tf.constant(images)
-            self.iterator = None
+            self.images, self.count = tf.constant(images), len(images)
+            if labels is not None:
+                self._set_classes(class_names(options, labels), labels)
+                self.labels = tf.constant(labels)
+
+    def _set_classes(self, classes, labels):
+        if classes is not None:
+            self.classes = classes
+            self.class_counts = np.bincount(labels, minlength=len(classes))
 
     def batch(self, batch_size, rng):
-        """One global batch, float32 in [-1, 1]."""
+        """One global batch: `{"x": float32 [-1, 1]}` and, with labels, `{"y": int32}`."""
         if self.iterator is not None:
-            return next(self.iterator)["x"]
+            return next(self.iterator)
         index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
-        return _to_float(tf.gather(self.images, index))
+        batch = {"x": _to_float(tf.gather(self.images, index))}
+        if self.labels is not None:
+            batch["y"] = tf.gather(self.labels, index)
+        return batch
 
     def trackables(self):
         return {"data_iterator": self.iterator} if self.iterator is not None else {}

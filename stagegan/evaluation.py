@@ -164,14 +164,43 @@ class Evaluation:
         real, held_out = task.reference_images(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
-        real_features, fake_features = self.features(real), self.features(fake)
-        kid, kid_std = metrics.kernel_inception_distance(
-            real_features, fake_features, seed=self.seed
-        )
         return {
             "count": self.count,
             "held_out": held_out,
             "features": self.features_name,
+            **self.distances(self.features(real), self.features(fake)),
+        }
+
+    def class_fid_kid(self, task):
+        """`fid_kid` of a class-conditional task: generated images of the real ones' classes,
+        and `fid/<class>`, `kid/<class>` per class on those of that class (None for a class
+        with fewer than 4 among the `count`)."""
+        real, labels, held_out = task.reference_images(
+            self.count, self.seed, self.count_key, labels=True
+        )
+        inputs, _ = task.sample_inputs(self.count, self.seed)
+        inputs["fake_y"] = labels
+        fake = self.sample_outputs(inputs)["samples"]
+        real_features, fake_features = self.features(real), self.features(fake)
+        result = {
+            "count": self.count,
+            "held_out": held_out,
+            "features": self.features_name,
+            **self.distances(real_features, fake_features),
+        }
+        for index, name in enumerate(task.classes):
+            chosen = labels == index
+            both = (real_features[chosen], fake_features[chosen])
+            per_class = self.distances(*both) if chosen.sum() >= 4 else {"fid": None, "kid": None}
+            result[f"fid/{name}"], result[f"kid/{name}"] = per_class["fid"], per_class["kid"]
+        return result
+
+    def distances(self, real_features, fake_features):
+        """`{"fid", "kid", "kid_std"}` between two feature sets."""
+        kid, kid_std = metrics.kernel_inception_distance(
+            real_features, fake_features, seed=self.seed
+        )
+        return {
             "fid": metrics.frechet_distance(real_features, fake_features),
             "kid": kid,
             "kid_std": kid_std,

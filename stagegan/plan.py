@@ -46,6 +46,7 @@ def describe_plan(trainer):
             for scope, vs in scopes.items()
         )
     )
+    lines += describe_data(trainer.task)
     options = trainer.task.model
     pack, norm = trainer.task.pack, options.get("spectral_norm")
     if pack > 1 or norm:
@@ -98,3 +99,36 @@ def describe_plan(trainer):
                 "    no gradient (dropped): " + (", ".join(dropped) if dropped else "none")
             )
     return "\n".join(lines)
+
+
+def describe_data(task):
+    """The data lines of a plan: the source, and the classes with their image counts."""
+    source = getattr(task, "source", None)
+    if source is None:
+        return []
+    options = source.options
+    where = f" {options['path']}" if options.get("path") else ""
+    how = {
+        "folder": f"streamed, {options['cache']} cache"
+        if options["cache"] != "none"
+        else "streamed",
+        "tfrecord": "streamed",
+    }.get(options["source"], "in memory")
+    count = f"{source.count:,} images, " if source.count is not None else ""
+    lines = [
+        f"data: {options['source']}{where} ({count}{how}), {options['size']} px, "
+        f"{options['channels']} channel{'s' if options['channels'] > 1 else ''}"
+    ]
+    if source.classes is not None:
+        counts = source.class_counts
+        if counts is None:
+            from stagegan.data import tfrecord_label_counts
+
+            counts = tfrecord_label_counts(options)
+        lines.append(
+            f"classes: {len(source.classes)}: "
+            + ", ".join(f"{name} ({n:,})" for name, n in zip(source.classes, counts, strict=True))
+        )
+        if getattr(task, "conditional", False):
+            lines.append("conditional: class embedding in the generator, projection discriminator")
+    return lines

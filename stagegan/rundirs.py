@@ -1,4 +1,5 @@
-"""Run folders: auto-numbered under `runs/`, never overwritten."""
+"""Run folders: auto-numbered under `runs/`, never overwritten (`check_new_folder` guards
+`prepare`'s output folder the same way)."""
 
 import re
 from pathlib import Path
@@ -11,22 +12,30 @@ _NUMBERED = re.compile(r"^(\d{5})-")
 def check_new_run_dir(path):
     """Refuse a run folder that already holds something, or that cannot be created (checked
     before the networks are built, so a typo does not cost a model build)."""
+    check_new_folder(
+        path,
+        "--run-dir",
+        "a run folder is never overwritten (pick another folder, or continue that run with "
+        "--resume)",
+    )
+
+
+def check_new_folder(path, key, refusal):
+    """Refuse a folder to be written that already holds something (`refusal` says what to do
+    instead), or that cannot be created (a file or an unwritable folder in the way). Errors
+    name `key`."""
     import os
 
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ConfigError(
-            "--run-dir",
-            f"{path} already exists and is not empty; a run folder is never overwritten "
-            "(pick another folder, or continue that run with --resume)",
-        )
+        raise ConfigError(key, f"{path} already exists and is not empty; {refusal}")
     ancestor = path.absolute()
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise ConfigError("--run-dir", f"cannot create {path}: {ancestor} is not a folder")
+        raise ConfigError(key, f"cannot create {path}: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError("--run-dir", f"cannot create {path}: {ancestor} is not writable")
+        raise ConfigError(key, f"cannot create {path}: {ancestor} is not writable")
 
 
 def create_run_dir(path=None, root="runs", name="run"):

@@ -108,11 +108,14 @@ def describe(config):
     return describe_plan(trainer)
 
 
-def sample(run_dir, num, seed=0, checkpoint=None, ema=True, batch_size=None):
-    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them."""
+def sample(run_dir, num, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
+    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them (all of
+    class `class_name` if given)."""
     trainer, _ = restore_run(run_dir, checkpoint)
     task = trainer.task
-    _, outputs, _, _ = sample_arrays(trainer, num, seed, ema, batch_size=batch_size)
+    _, outputs, _, _ = sample_arrays(
+        trainer, num, seed, ema, batch_size=batch_size, class_name=class_name
+    )
     return np.asarray(task.export(outputs), np.float32)
 
 

@@ -145,17 +145,20 @@ def restore_run(run_dir, checkpoint=None):
 
 def user_images(task, folder, num):
     """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
-    from stagegan.data import load_images
+    from stagegan.data import decode_files, list_folder
 
-    options = {**task.data, "source": "folder", "path": folder}
+    options = {**task.data, "source": "folder", "path": folder, "labels": None}
     try:
-        images = load_images(options, seed=0)
+        files = list_folder(options).files
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
-    return images[:num].astype(np.float32) / 127.5 - 1.0
+    images, ok = decode_files(files[:num], options["size"], options["channels"])
+    return images[ok].astype(np.float32) / 127.5 - 1.0
 
 
-def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None, batch_size=None):
+def write_samples(
+    trainer, output, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None
+):
     """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
     points) or `.png` (the task's picture). Returns a one-line description.
 
@@ -172,7 +175,9 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None, batch_
     if not output.parent.is_dir():
         raise ConfigError("--output", f"no such folder: {output.parent}")
     task = trainer.task
-    inputs, outputs, info, used_ema = sample_arrays(trainer, num, seed, ema, input_dir, batch_size)
+    inputs, outputs, info, used_ema = sample_arrays(
+        trainer, num, seed, ema, input_dir, batch_size, class_name
+    )
     if output.suffix.lower() == ".npy":
         tmp = output.with_name(output.name + ".tmp.npy")
         np.save(tmp, np.asarray(task.export(outputs), np.float32))
@@ -186,9 +191,10 @@ def write_samples(trainer, output, num, seed=0, ema=True, input_dir=None, batch_
     )
 
 
-def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None):
+def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None):
     """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
-    (or made from the images in `input_dir`), `batch_size` at a time (None: the run's)."""
+    (or made from the images in `input_dir`), `batch_size` at a time (None: the run's); a
+    class-conditional run's samples are all of class `class_name` (a name or index) if given."""
     from stagegan.evaluation import Evaluation
 
     task = trainer.task
@@ -199,6 +205,11 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
         inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
     else:
         inputs, info = task.sample_inputs(num, seed)
+    if class_name is not None:
+        if not hasattr(task, "class_index"):
+            raise ConfigError("--class", f"task {task.name!r} has no classes")
+        inputs["fake_y"] = np.full(num, task.class_index(str(class_name)), np.int32)
+        info = {k: v for k, v in info.items() if k != "columns"}  # a plain grid of one class
     evaluation = Evaluation(trainer, None, ema=ema, batch_size=batch_size)
     return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
 

@@ -289,8 +289,10 @@ CASES = {
             "data.source=folder",
             "--set",
             "data.path={root}/images",
+            "--set",
+            "batch_size=1",
         ],
-        ["data.path: unreadable image", "broken.png"],
+        ["data.path: none of 1 files probed in", "is a readable image"],
     ),
     # Run folders.
     "run folder exists": (

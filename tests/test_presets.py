@@ -27,10 +27,10 @@ def offline_mnist(monkeypatch):
 @pytest.mark.parametrize("name", builtin_names("configs"))
 def test_preset_runs_every_stage(name, tmp_path, offline_mnist):
     images = tmp_path / "images"
-    images.mkdir()
-    for i in range(4):  # one batch of 4: fewer is a config error
+    for i in range(4):  # one batch of 4: fewer is a config error; two classes
         pixels = np.full((40, 40, 3), 60 * i, np.uint8)
-        (images / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
+        (images / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        (images / "ab"[i % 2] / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
     preset = load_config(name)
     sets = (
         ["batch_size=4", f"data.path={images}"]

@@ -149,11 +149,13 @@ def finished_run(run_dir, raw):
     return run_dir
 
 
-def read_checkpoint(prefix):
+def read_checkpoint(prefix, skip=None):
     """Every value in a checkpoint: `{key: array}`, keyed as `tf.train.list_variables` names
-    them (`generator:hidden:kernel/.ATTRIBUTES/VARIABLE_VALUE`)."""
+    them (`generator:hidden:kernel/.ATTRIBUTES/VARIABLE_VALUE`); keys starting with `skip`
+    (e.g. a tf.data iterator's state, a variant numpy cannot hold) are left out."""
     reader = tf.train.load_checkpoint(str(prefix))
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+    keys = reader.get_variable_to_shape_map()
+    return {key: reader.get_tensor(key) for key in keys if not (skip and key.startswith(skip))}
 
 
 def variable_key(path):

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan import losses, pictures
-from stagegan.data import ImageSource
+from stagegan.data import ImageSource, reference_pool
 from stagegan.errors import ConfigError
 from stagegan.layers import pack
 
@@ -253,65 +253,71 @@ class ImageTask(Task):
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
 
-    def reference_images(self, count, seed, key="count"):
-        """`count` real images in [-1, 1] for samples and metrics: `(images, held_out)`.
+    @property
+    def classes(self):
+        """The class names of labelled data (`data.labels`), or None."""
+        return self.source.classes
+
+    def reference_images(self, count, seed, key="count", labels=False):
+        """`count` real images in [-1, 1] for samples and metrics: `(images, held_out)`, or
+        `(images, labels, held_out)` with `labels`.
 
         Held-out images where the source has a held-out split, else training images; chosen
-        by `seed` alone, without replacement.
+        by `seed` alone, without replacement (a folder's unreadable files are passed over).
 
         Raises:
             ConfigError: on `key` when the split has fewer than `count` images.
         """
-        images, held_out = self.reference_pool(count, key)
-        if self.data["source"] == "tfrecord":  # a stream: its first `count` images, however
-            images = images[:count]  # many an earlier call loaded
-        index = np.random.default_rng(seed).choice(len(images), count, replace=False)
-        return images[index].astype(np.float32) / 127.5 - 1.0, held_out
+        pool = self.reference_pool(count, key)
+        size = count if self.data["source"] == "tfrecord" else pool.size  # a stream: its
+        rng = np.random.default_rng(seed)  # first `count` images, however many were loaded
+        chosen = rng.choice(size, count, replace=False)
+        images, found = pool.load(chosen)
+        rest = np.setdiff1d(np.arange(size), chosen)
+        while len(images) < count and len(rest):  # unreadable files: choose more
+            more = rng.choice(rest, min(count - len(images), len(rest)), replace=False)
+            rest = np.setdiff1d(rest, more)
+            extra, extra_labels = pool.load(more)
+            images = np.concatenate([images, extra])
+            found = None if found is None else np.concatenate([found, extra_labels])
+        if len(images) < count:
+            raise ConfigError(key, f"asks for {count} real images; only {len(images)} are readable")
+        images = images.astype(np.float32) / 127.5 - 1.0
+        return (images, found, pool.held_out) if labels else (images, pool.held_out)
 
     def load_pool(self, count):
-        """All uint8 images `reference_images` chooses from (for a streamed source, its first
-        `count`) and whether they are held out; loaded once."""
+        """The `stagegan.data.Pool` that `reference_images` chooses from (for a streamed
+        source, its first `count` images); made once."""
         cached = getattr(self, "_reference", None)
         streamed = self.data["source"] == "tfrecord"
-        if cached is None or (streamed and len(cached[0]) < count):
-            cached = self._reference = reference_images(self.data, self.rngs.seed, count)
+        if cached is None or (streamed and cached.size < count):
+            cached = self._reference = reference_pool(self.data, self.rngs.seed, count)
         return cached
 
     def reference_pool(self, count, key="count"):
         """`load_pool(count)`, refused (`ConfigError` on `key`) when it has fewer images."""
-        images, held_out = self.load_pool(count)
-        if count > len(images):
+        pool = self.load_pool(count)
+        if count > pool.size:
             split = (
-                f"the held-out split of data.source {self.data['source']} has {len(images)}"
-                if held_out
-                else f"data.source {self.data['source']} has {len(images)}"
+                f"the held-out split of data.source {self.data['source']} has {pool.size}"
+                if pool.held_out
+                else f"data.source {self.data['source']} has {pool.size}"
             )
             raise ConfigError(key, f"asks for {count} real images, but {split}")
-        return images, held_out
+        return pool
 
     def check_eval_count(self, count, key):
         self.reference_pool(count, key)
 
     def default_eval_count(self):
         """`eval_count`, or all the real images when there are fewer."""
-        return min(self.eval_count, len(self.load_pool(self.eval_count)[0]))
+        return min(self.eval_count, self.load_pool(self.eval_count).size)
 
     def real_batch(self, batch_size):
-        return {"x": self.source.batch(batch_size, self.rngs.data)}
+        return self.source.batch(batch_size, self.rngs.data)
 
     def trackables(self):
         return self.source.trackables()
-
-
-def reference_images(options, seed, count):
-    """The uint8 images behind `ImageTask.reference_images` and whether they are held out."""
-    from stagegan.data import has_held_out, load_images, take_stream_images
-
-    held_out = has_held_out(options["source"])
-    images = load_images(options, seed, held_out=held_out)
-    if images is None:  # a streamed source: its first `count` images, from a fresh pipeline
-        images = take_stream_images(options, count)
-    return images, held_out
 
 
 def adversarial_losses(task, batch, terms):
@@ -323,29 +329,44 @@ def adversarial_losses(task, batch, terms):
     pack: the first of its samples' `epsilon`, so it does not depend on the number of towers)
     and both penalties take gradient norms with respect to the whole pack.
 
+    A conditional task (`task.conditional`) generates from `[z, fake_y]` and its
+    discriminator takes `[pack, the pack's classes]`: real images with their classes `y`,
+    generated ones with `fake_y`; both penalties use the real classes.
+
     Args:
         task: has `generator`, `discriminator`, `pack`, `d_loss` and `g_loss`.
-        batch: one shard: real `x`, latents `z`, interpolation weights `epsilon`.
+        batch: one shard: real `x`, latents `z`, interpolation weights `epsilon` (and the
+            classes `y` and `fake_y` of a conditional task).
         terms: the requested loss terms.
     """
     m, x, out = task.pack, batch["x"], {}
-    critic = lambda packed: float32(task.discriminator(packed, training=True))
+    conditional = getattr(task, "conditional", False)
+
+    def critic_of(labels):
+        if not conditional:
+            return lambda packed: float32(task.discriminator(packed, training=True))
+        packed_labels = tf.reshape(labels, [-1, m])
+        return lambda packed: float32(task.discriminator([packed, packed_labels], training=True))
+
+    real_critic = critic_of(batch.get("y"))
+    fake_critic = critic_of(batch.get("fake_y"))
     if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
-        fake = float32(task.generator(batch["z"], training=True))
+        latent = [batch["z"], batch["fake_y"]] if conditional else batch["z"]
+        fake = float32(task.generator(latent, training=True))
     if "d_loss" in terms:
-        real_logits = critic(pack(x, m))
-        fake_logits = critic(pack(tf.stop_gradient(fake), m))
+        real_logits = real_critic(pack(x, m))
+        fake_logits = fake_critic(pack(tf.stop_gradient(fake), m))
         out["d_loss"] = task.d_loss(real_logits, fake_logits)
         out.update(task.d_accuracy(real_logits, fake_logits, terms))
     if "g_loss" in terms:
-        out["g_loss"] = task.g_loss(critic(pack(fake, m)))
+        out["g_loss"] = task.g_loss(fake_critic(pack(fake, m)))
     if "gradient_penalty" in terms:
         epsilon = tf.reshape(batch["epsilon"], [-1, m])[:, 0]  # one weight per pack
         out["gradient_penalty"] = losses.gradient_penalty(
-            critic, pack(x, m), pack(fake, m), epsilon
+            real_critic, pack(x, m), pack(fake, m), epsilon
         )
     if "r1" in terms:
-        out["r1"] = losses.r1_penalty(critic, pack(x, m))
+        out["r1"] = losses.r1_penalty(real_critic, pack(x, m))
     return out
 
 

@@ -9,11 +9,19 @@ The interpolation weights of the gradient penalty are drawn with the global batc
 the penalty does not depend on the number of towers. `model.pack: m` shows the discriminator m
 images at once, stacked along the channels (PacGAN); `model.spectral_norm` normalises its
 convolutions and output layer (see `stagegan.layers`).
+
+`model.conditional: true` makes it a class-conditional GAN on labelled data (`data.labels`):
+the generator takes a learned class embedding beside z, and the discriminator is a projection
+discriminator (Miyato & Koyama 2018), D(x, y) = w . phi(x) + embed(y) . phi(x). Generated
+classes are drawn with the data's class frequencies; sample grids show one class per row, and
+`eval` adds FID and KID per class (`fid/<class>`).
 """
 
 import keras
+import numpy as np
+import tensorflow as tf
 
-from stagegan import losses
+from stagegan import losses, pictures
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.layers import conv2d, dense
@@ -37,6 +45,7 @@ class Unconditional(ImageTask):
             "batchnorm": True,
             "pack": 1,
             "spectral_norm": False,
+            "conditional": False,
             "generator": None,
             "discriminator": None,
         },
@@ -53,29 +62,83 @@ class Unconditional(ImageTask):
         self.pack = positive(self.model, "model", "pack")
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
+        self.conditional = self.model["conditional"]
 
     def build(self):
         self.build_source()
         image = (self.size, self.size, self.data["channels"])
         latent = (self.model["latent_dim"],)
-        self.generator = self.build_network("generator", generator, latent, image)
         packed = (self.size, self.size, self.data["channels"] * self.pack)
-        self.discriminator = self.build_network("discriminator", discriminator, packed, (1,))
+        if self.conditional:
+            if self.classes is None:
+                raise ConfigError(
+                    "model.conditional",
+                    "needs labelled data: set data.labels (folder: subfolders; npz: an array "
+                    "name; tfrecord: a feature name)",
+                )
+            self.num_classes = len(self.classes)
+            counts = self.source.class_counts
+            shares = np.ones(self.num_classes) if counts is None else counts / counts.sum()
+            self.class_cdf = tf.constant(np.cumsum(shares)[:-1], tf.float32)
+            builders = (conditional_generator, projection_discriminator)
+            inputs = ([latent, ()], [packed, (self.pack,)])
+        else:
+            builders, inputs = (generator, discriminator), (latent, packed)
+        self.generator = self.build_network("generator", builders[0], inputs[0], image)
+        self.discriminator = self.build_network("discriminator", builders[1], inputs[1], (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
     def random_inputs(self, batch_size):
         noise = self.rngs.noise
-        return {
+        inputs = {
             "z": noise.normal([batch_size, self.model["latent_dim"]]),
             "epsilon": noise.uniform([batch_size]),
         }
+        if self.conditional:  # generated classes, with the data's class frequencies
+            inputs["fake_y"] = tf.searchsorted(
+                self.class_cdf, noise.uniform([batch_size]), side="right", out_type=tf.int32
+            )
+        return inputs
 
     def losses(self, batch, terms):
         return adversarial_losses(self, batch, terms)
 
     def sample(self, inputs):
+        if self.conditional:
+            return float32(self.generator([inputs["z"], inputs["fake_y"]], training=False))
         return float32(self.generator(inputs["z"], training=False))
+
+    # Class-conditional samples: one class per row ----------------------------------------------
+
+    def sample_inputs(self, count, seed, key="--num"):
+        inputs, info = super().sample_inputs(count, seed, key)
+        if self.conditional:
+            columns = -(-count // self.num_classes)
+            rows = np.minimum(np.arange(count) // columns, self.num_classes - 1)
+            inputs["fake_y"] = rows.astype(np.int32)
+            info = {**info, "columns": columns}
+        return inputs, info
+
+    def class_index(self, name, key="--class"):
+        """The index of class `name` (a class name, or its index as a string)."""
+        if not self.conditional:
+            raise ConfigError(key, "the run's model is not class-conditional (model.conditional)")
+        if name in self.classes:
+            return self.classes.index(name)
+        if str(name).isdigit() and int(name) < self.num_classes:
+            return int(name)
+        raise ConfigError(
+            key,
+            f"unknown class {name!r} (classes: {', '.join(self.classes)}; or 0-"
+            f"{self.num_classes - 1})",
+        )
+
+    def picture(self, inputs, outputs, info):
+        columns = info.get("columns")
+        if columns is None:
+            return super().picture(inputs, outputs, info)
+        return pictures.image_grid(outputs["samples"], columns=columns)
 
     eval_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
     eval_metrics = ("count", "fid", "kid", "kid_std")
@@ -90,20 +153,23 @@ class Unconditional(ImageTask):
 
     def evaluate(self, evaluation):
         """FID and KID between generated and real images (held out where the source has a
-        split), on the features of `evaluation.features()`."""
-        return evaluation.fid_kid(self)
+        split), on the features of `evaluation.features()`; a conditional GAN generates the
+        real images' classes and adds both per class."""
+        if not self.conditional:
+            return evaluation.fid_kid(self)
+        return evaluation.class_fid_kid(self)
 
 
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with
 # the same signature (`builder(task) -> keras.Model`).
 
 
-def generator(task):
-    """DCGAN generator: z [latent_dim] -> [S, S, C] in [-1, 1]."""
+def generator(task, latent=None):
+    """DCGAN generator: z [latent_dim] (or [`latent`]) -> [S, S, C] in [-1, 1]."""
     layers, size = keras.layers, task.size
     start, ups = START[size], UPSAMPLINGS[size]
     width, channels, norm = task.model["width"], task.data["channels"], task.model["batchnorm"]
-    z = keras.Input((task.model["latent_dim"],))
+    z = keras.Input((latent or task.model["latent_dim"],))
     top = width * 2 ** (ups - 1)
     h = layers.Dense(start * start * top, use_bias=not norm, name="project")(z)
     h = layers.Reshape((start, start, top))(h)
@@ -119,9 +185,9 @@ def generator(task):
     return keras.Model(z, layers.Activation("tanh")(h), name="generator")
 
 
-def discriminator(task):
+def discriminator(task, head=True):
     """DCGAN discriminator: `model.pack` images stacked along the channels [S, S, C * pack]
-    -> one logit."""
+    -> one logit (without `head`: the flattened features)."""
     layers, size, width = keras.layers, task.size, task.model["width"]
     norm = task.model["spectral_norm"]
     x = keras.Input((size, size, task.data["channels"] * task.model["pack"]))
@@ -129,5 +195,33 @@ def discriminator(task):
     for i in range(UPSAMPLINGS[size]):
         h = conv2d(width * 2**i, 4, 2, f"down{i}", norm)(h)
         h = layers.LeakyReLU(0.2)(h)
-    logit = dense(1, "out", norm)(layers.Flatten()(h))
-    return keras.Model(x, logit, name="discriminator")
+    features = layers.Flatten()(h)
+    if not head:
+        return keras.Model(x, features, name="features")
+    return keras.Model(x, dense(1, "out", norm)(features), name="discriminator")
+
+
+def conditional_generator(task):
+    """The DCGAN generator of `generator`, on z [latent_dim] concatenated with a learned
+    embedding of the class (an int32 index) of the same size."""
+    z = keras.Input((task.model["latent_dim"],))
+    y = keras.Input((), dtype="int32")
+    embedded = keras.layers.Embedding(task.num_classes, task.model["latent_dim"], name="embed")(y)
+    joined = keras.layers.Concatenate()([z, embedded])
+    body = generator(task, latent=2 * task.model["latent_dim"])
+    return keras.Model([z, y], body(joined), name="generator")
+
+
+def projection_discriminator(task):
+    """The DCGAN discriminator of `discriminator` with a projection head (Miyato & Koyama
+    2018): logit = w . phi(x) + b + embed(y) . phi(x), phi the flattened features. A pack of
+    `model.pack` images (`stagegan.layers.pack`) projects onto the sum of its classes'
+    embeddings."""
+    size, m = task.size, task.model["pack"]
+    x = keras.Input((size, size, task.data["channels"] * m))
+    y = keras.Input((m,), dtype="int32")
+    features = discriminator(task, head=False)(x)
+    logit = dense(1, "out", task.model["spectral_norm"])(features)
+    embedded = keras.layers.Embedding(task.num_classes, features.shape[-1], name="embed")(y)
+    projection = keras.ops.sum(keras.ops.sum(embedded, axis=1) * features, axis=1, keepdims=True)
+    return keras.Model([x, y], logit + projection, name="discriminator")
