@@ -117,6 +117,12 @@ def build_parser():
     sample.add_argument(
         "--input", help="completion: complete your own images from this folder (masks generated)"
     )
+    sample.add_argument(
+        "--class",
+        dest="class_name",
+        metavar="K|NAME",
+        help="class-conditional runs: samples of this class only (its name or index)",
+    )
     sample.set_defaults(func=cmd_sample)
 
     evaluate = commands.add_parser("eval", help="print a run's metrics (appended to eval.jsonl)")
@@ -342,6 +348,7 @@ def cmd_sample(args):
             ema=not args.no_ema,
             input_dir=args.input,
             batch_size=args.batch_size,
+            class_name=args.class_name,
         )
     )
     return 0
@@ -383,7 +390,7 @@ def cmd_prepare(args):
     prepare.check_arguments(**arguments)  # before the slow TensorFlow import
     import_tensorflow()
     # Unreadable files are warned of on stderr, beside the progress: stdout is the block.
-    logging.getLogger("stagegan").handlers[0].setStream(sys.stderr)
+    logs_to_stderr()
     with prepare.ConsoleProgress(sys.stderr) as progress:
         result = prepare.prepare(**arguments, labels=args.labels, progress=progress)
     print(prepare.describe(result))
@@ -396,8 +403,17 @@ def check_batch_size(value):
 
 
 def quiet_logs():
-    """`sample` and `eval` print their result only (building the trainer logs nothing)."""
+    """`sample` and `eval` print their result only (building the trainer logs nothing, and
+    warnings go to stderr, so that `eval --json` prints JSON alone)."""
     logging.getLogger("stagegan").setLevel(logging.WARNING)
+    logs_to_stderr()
+
+
+def logs_to_stderr():
+    """stagegan's log lines on stderr: stdout is the command's result."""
+    for handler in logging.getLogger("stagegan").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sys.stderr)
 
 
 def import_tensorflow():

@@ -10,6 +10,7 @@ feature extractors for FID and KID. The maths lives in `stagegan.metrics`.
 
 import contextlib
 import io
+import logging
 import math
 import os
 import time
@@ -24,6 +25,7 @@ from stagegan.errors import ConfigError
 from stagegan.samples import chunked_outputs
 
 INCEPTION_SIDE = 299
+log = logging.getLogger("stagegan")
 
 
 class Evaluation:
@@ -164,11 +166,12 @@ class Evaluation:
         real, held_out = task.reference_images(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
+        distances = self.distances(self.features(real), self.features(fake))
         return {
             "count": self.count,
             "held_out": held_out,
-            "features": self.features_name,
-            **self.distances(self.features(real), self.features(fake)),
+            "features": self.features_name,  # after loading: it may have fallen back
+            **distances,
         }
 
     def class_fid_kid(self, task):
@@ -212,7 +215,20 @@ class Evaluation:
 
     def _load_extractor(self):
         if self._extractor is None:
-            self._extractor = load_extractor(self.features_spec, self.features_key)
+            try:
+                self._extractor = load_extractor(self.features_spec, self.features_key)
+            except ConfigError:
+                if self.features_named or self.features_spec != INCEPTION:
+                    raise
+                # Offline without InceptionV3 weights, and nobody asked for them: the realism
+                # metric of the offline shapes features rather than no evaluation at all.
+                log.warning(
+                    "eval: InceptionV3's weights could not be loaded (offline?); FID/KID use "
+                    "the offline shapes features instead (compare them only with other "
+                    "'shapes' numbers; --features inception:PATH takes a local copy)"
+                )
+                self.features_spec = SHAPES
+                self._extractor = load_extractor(self.features_spec, self.features_key)
         return self._extractor
 
 
