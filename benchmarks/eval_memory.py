@@ -49,34 +49,45 @@ def peak_rss_mb(*args):
     return int(out.stdout.strip()) / 1024.0
 
 
+def completion_run(folder):
+    """A 3-step completion run at 128 px in `folder`/run; returns its path."""
+    run = Path(folder) / "run"
+    stagegan(
+        "train",
+        "--config",
+        "completion_quick",
+        "--run-dir",
+        run,
+        "--set",
+        "data={source: shapes, size: 128, count: 1400}",
+        "--set",
+        "batch_size=8",
+        *[f"--set=stages[{i}].steps=1" for i in range(3)],
+        "--set",
+        "samples=null",
+        "--set",
+        "eval=null",
+        "--set",
+        "log.tensorboard=false",
+    )
+    return run
+
+
+def eval_peaks(run, *extra):
+    """Peak RSS (MB) of `eval` at each of `COUNTS`."""
+    return [peak_rss_mb("eval", "--run", run, "--count", c, *extra) for c in COUNTS]
+
+
 def main():
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >= 0
     with tempfile.TemporaryDirectory() as folder:
-        run = Path(folder) / "run"
-        stagegan(
-            "train",
-            "--config",
-            "completion_quick",
-            "--run-dir",
-            run,
-            "--set",
-            "data={source: shapes, size: 128, count: 1400}",
-            "--set",
-            "batch_size=8",
-            *[f"--set=stages[{i}].steps=1" for i in range(3)],
-            "--set",
-            "samples=null",
-            "--set",
-            "eval=null",
-            "--set",
-            "log.tensorboard=false",
-        )
+        run = completion_run(folder)
         print("completion, 128 px, batch 8: peak RSS of one `eval` process (MB)")
         print(
             f"{'images per pass':>16} | " + " | ".join(f"count {c:>4}" for c in COUNTS) + " | ratio"
         )
         for label, extra in (("8 (default)", []), ("256", ["--batch-size", 256])):
-            peaks = [peak_rss_mb("eval", "--run", run, "--count", c, *extra) for c in COUNTS]
+            peaks = eval_peaks(run, *extra)
             cells = " | ".join(f"{p:10.0f}" for p in peaks)
             print(f"{label:>16} | {cells} | {peaks[-1] / peaks[0]:.2f}")
 

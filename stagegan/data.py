@@ -495,16 +495,19 @@ def _decoded(paths, size, channels, labels=None):
 SKIPPED = set()  # the unreadable files met by this process
 
 
+def _warn_unreadable(name):
+    if name not in SKIPPED:  # once per file and process, not once per epoch
+        SKIPPED.add(name)
+        log.warning(
+            "data.path: skipped unreadable image %s (%d skipped so far)", name, len(SKIPPED)
+        )
+
+
 def _report(path, blank):
     """Warn of an unreadable file (a py_function: this branch runs only for such a file)."""
 
     def warn(path):
-        name = path.numpy().decode()
-        if name not in SKIPPED:  # once per file and process, not once per epoch
-            SKIPPED.add(name)
-            log.warning(
-                "data.path: skipped unreadable image %s (%d skipped so far)", name, len(SKIPPED)
-            )
+        _warn_unreadable(path.numpy().decode())
         return True
 
     done = tf.py_function(warn, [path], tf.bool)
@@ -518,40 +521,58 @@ def folder_dataset(listing, options, seed, batch_size, cached=None):
     depends on nothing else and the checkpointed iterator holds only counters and the
     prefetched batches. Files are decoded as they come, in parallel; with `cached`, the
     `decode_files` result of all of them (`data.cache: memory`), they are looked up instead, in
-    the same order."""
-    count = len(listing.files)
+    the same order. Unreadable files are left out, each warned of by name once."""
+    count, size, channels = len(listing.files), options["size"], options["channels"]
+    labels = None if listing.labels is None else tf.constant(listing.labels)
 
-    def epoch(number):
-        order = tf.random.experimental.stateless_shuffle(
+    def permutation(number):
+        return tf.random.experimental.stateless_shuffle(
             tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), number])
         )
-        return tf.data.Dataset.from_tensor_slices(order)
 
-    indices = tf.data.Dataset.counter().flat_map(epoch)
-    labels = listing.labels
-    if labels is not None:
-        label_table = tf.constant(labels)
+    indices = tf.data.Dataset.counter().flat_map(
+        lambda number: tf.data.Dataset.from_tensor_slices(permutation(number))
+    )
+    with_labels = lambda i, example: (
+        example if labels is None else {**example, "y": tf.gather(labels, i)}
+    )
     if cached is not None:
         table, ok = tf.constant(cached[0]), tf.constant(cached[1])
-
-        def lookup(i):
-            return {"x": tf.gather(table, i), "ok": tf.gather(ok, i)}
-
-        ds = indices.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if labels is not None:
-            ds = tf.data.Dataset.zip(ds, indices.map(lambda i: tf.gather(label_table, i)))
-            ds = ds.map(lambda example, y: {**example, "y": y})
-    else:
-        paths = tf.constant(listing.files)
-        ds = _decoded(
-            indices.map(lambda i: tf.gather(paths, i)),
-            options["size"],
-            options["channels"],
-            indices.map(lambda i: tf.gather(label_table, i)) if labels is not None else None,
+        ds = indices.filter(lambda i: tf.gather(ok, i)).map(
+            lambda i: with_labels(i, {"x": tf.gather(table, i)}),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
         )
-    ds = ds.filter(lambda example: example["ok"]).map(
-        lambda example: {k: v for k, v in example.items() if k != "ok"}
-    )
+        return _batched(ds, batch_size)
+    paths = tf.constant(listing.files)
+
+    def load(position, i):
+        image = decode_image(tf.io.read_file(tf.gather(paths, i)), size, channels)
+        return with_labels(i, {"x": image, "position": position})
+
+    # A file that fails to decode is dropped by `ignore_errors`; the positions carried past it
+    # show the gap, and the scan (its state checkpointed) names the files that fell in it.
+    ds = tf.data.Dataset.zip(tf.data.Dataset.counter(), indices)
+    ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+
+    def report(start, stop):
+        for position in range(int(start), int(stop)):
+            order = permutation(tf.constant(position // count, tf.int64)).numpy()
+            _warn_unreadable(listing.files[order[position % count]])
+        return True
+
+    def check(expected, example):
+        example = dict(example)
+        position = example.pop("position")
+        done = tf.cond(
+            position > expected,
+            lambda: tf.py_function(report, [expected, position], tf.bool),
+            lambda: tf.constant(True),
+        )
+        with tf.control_dependencies([done]):
+            return position + 1, {k: tf.identity(v) for k, v in example.items()}
+
+    ds = ds.scan(tf.constant(0, tf.int64), check)
     return _batched(ds, batch_size)
 
 
