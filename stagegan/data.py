@@ -1,15 +1,21 @@
-"""Image data sources. Each yields float32 images in [-1, 1], shape [H, W, C].
+"""Image data sources. Each yields float32 images in [-1, 1], shape [H, W, C], and, with
+`labels`, int32 class indices.
 
 `ImageSource` serves one global batch at a time (the trainer splits it evenly across towers).
-In-memory sources draw random indices from the run's data stream; `tfrecord` streams through a
-shuffled, seeded tf.data pipeline whose iterator is checkpointed.
+In-memory sources draw random indices from the run's data stream; `folder` and `tfrecord`
+stream through seeded tf.data pipelines whose iterators are checkpointed (a folder: a fresh
+permutation of its files each epoch, decoded in parallel as needed; memory does not grow with
+the number of files).
 
     type       options
     shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
                coloured circles, squares and triangles on varied backgrounds
-    folder     path, size, channels: PNG or JPEG files under `path`, centre-cropped and resized
-    npz        path, key ("images"), size: an array file; uint8 [0, 255] or float in [0, 1]
-    tfrecord   path (file or glob), image_feature ("image"): encoded PNG or JPEG bytes
+    folder     path, size, channels, cache (none | memory), labels (subfolders): PNG or JPEG
+               files under `path`, centre-cropped and resized; unreadable ones skipped
+    npz        path, key ("images"), labels (an array name), classes: an array file; uint8
+               [0, 255] or float in [0, 1]
+    tfrecord   path (file or glob), image_feature ("image"), labels (an int64 feature name),
+               classes (required with labels): encoded PNG or JPEG bytes
     mnist, fashion_mnist, cifar10: keras.datasets (downloaded once; offline, a clear error)
 """
 
@@ -222,10 +228,11 @@ def tfrecord_dataset(options, seed, batch_size):
 
 
 def _batched(ds, batch_size):
-    """Global batches of uint8 examples, as float32 in [-1, 1], in a fixed order, prefetched."""
-    ds = ds.batch(batch_size, drop_remainder=True).map(
-        lambda example: {**example, "x": _to_float(example["x"])}
-    )
+    """Global batches of uint8 examples, as float32 in [-1, 1], in a fixed order, prefetched
+    (`batch_size` None: `ds` is batched already)."""
+    if batch_size is not None:
+        ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.map(lambda example: {**example, "x": _to_float(example["x"])})
     deterministic = tf.data.Options()
     deterministic.deterministic = True
     # The report of an unreadable file (a py_function, run only for such a file) is the one
@@ -555,25 +562,29 @@ def folder_dataset(listing, options, seed, batch_size, cached=None):
     ds = tf.data.Dataset.zip(tf.data.Dataset.counter(), indices)
     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
-    def report(start, stop):
-        for position in range(int(start), int(stop)):
+    def report(expected, positions):
+        # The positions a batch skipped: from the one expected next to its last, less its own.
+        missing = sorted(set(range(int(expected), int(positions[-1]))) - set(positions.numpy()))
+        for position in missing:
             order = permutation(tf.constant(position // count, tf.int64)).numpy()
             _warn_unreadable(listing.files[order[position % count]])
         return True
 
-    def check(expected, example):
-        example = dict(example)
-        position = example.pop("position")
+    def check(expected, batch):
+        batch = dict(batch)
+        positions = batch.pop("position")
+        last = positions[-1]
+        gap = last - expected + 1 > tf.cast(tf.shape(positions)[0], tf.int64)
         done = tf.cond(
-            position > expected,
-            lambda: tf.py_function(report, [expected, position], tf.bool),
+            gap,
+            lambda: tf.py_function(report, [expected, positions], tf.bool),
             lambda: tf.constant(True),
         )
         with tf.control_dependencies([done]):
-            return position + 1, {k: tf.identity(v) for k, v in example.items()}
+            return last + 1, {k: tf.identity(v) for k, v in batch.items()}
 
-    ds = ds.scan(tf.constant(0, tf.int64), check)
-    return _batched(ds, batch_size)
+    ds = ds.batch(batch_size, drop_remainder=True).scan(tf.constant(0, tf.int64), check)
+    return _batched(ds, None)
 
 
 def _load_keras(name, held_out, options):
