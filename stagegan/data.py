@@ -228,11 +228,11 @@ def tfrecord_dataset(options, seed, batch_size):
 
 
 def _batched(ds, batch_size):
-    """Global batches of uint8 examples, as float32 in [-1, 1], in a fixed order, prefetched
-    (`batch_size` None: `ds` is batched already)."""
+    """Global batches of uint8 examples in a fixed order, prefetched (`batch_size` None: `ds`
+    is batched already). They stay uint8 (a quarter of float32's bytes in the prefetch buffer
+    and the checkpointed iterator); `ImageSource.batch` converts them in the step."""
     if batch_size is not None:
         ds = ds.batch(batch_size, drop_remainder=True)
-    ds = ds.map(lambda example: {**example, "x": _to_float(example["x"])})
     deterministic = tf.data.Options()
     deterministic.deterministic = True
     # The report of an unreadable file (a py_function, run only for such a file) is the one
@@ -798,7 +798,8 @@ class ImageSource:
     def batch(self, batch_size, rng):
         """One global batch: `{"x": float32 [-1, 1]}` and, with labels, `{"y": int32}`."""
         if self.iterator is not None:
-            return next(self.iterator)
+            batch = next(self.iterator)
+            return {**batch, "x": _to_float(batch["x"])}
         index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
         batch = {"x": _to_float(tf.gather(self.images, index))}
         if self.labels is not None:
