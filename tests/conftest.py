@@ -34,6 +34,7 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 SLOWEST_FIRST = [
     "test_resume.py",
     "test_run_control.py",
+    "test_conditional.py",
     "test_sample_eval.py",
     "test_api.py",
     "test_multi_worker.py",
