@@ -264,6 +264,12 @@ def restore(trainer, plan):
         except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
             text = str(e).strip()
             first = text.splitlines()[0] if text else type(e).__name__
+            if "data_iterator" in objects and "OwnedIterator" in text:
+                first = (
+                    "it holds no data position for this run's streamed source (a folder run "
+                    "checkpointed before folders streamed); start it again, or warm-start "
+                    "from it with train --init-from"
+                )
             raise ConfigError(plan.checkpoint_key, f"cannot restore {path}: {first}") from None
         if trainer.step_count != plan.step:
             raise ConfigError(
