@@ -180,12 +180,11 @@ class Pool:
     Attributes:
         size: how many there are.
         held_out: whether training never sees them.
-        labels: int array [size] of class indices, or None.
         load: `load(indices) -> (uint8 images, labels or None)` for an int array of indices.
     """
 
-    def __init__(self, size, held_out, load, labels=None):
-        self.size, self.held_out, self.load, self.labels = size, held_out, load, labels
+    def __init__(self, size, held_out, load):
+        self.size, self.held_out, self.load = size, held_out, load
 
 
 def reference_pool(options, seed, count):
@@ -201,16 +200,16 @@ def reference_pool(options, seed, count):
             images, ok = decode_files(files[indices], options["size"], options["channels"])
             return images[ok], None if labels is None else labels[indices][ok]
 
-        return Pool(len(files), False, load, labels)
+        return Pool(len(files), False, load)
+    held_out = has_held_out(source)
     if source == "tfrecord":
         images, labels = take_stream_images(options, count)
+    elif source == "npz":
+        images, labels = _load_npz(options)
     else:
-        held_out = has_held_out(source)
-        images = load_images(options, seed, held_out=held_out)
-        labels = _load_npz(options)[1] if source == "npz" else None
-    held_out = has_held_out(source)
+        images, labels = load_images(options, seed, held_out=held_out), None
     take = lambda i: (images[i], None if labels is None else labels[i])
-    return Pool(len(images), held_out, take, labels)
+    return Pool(len(images), held_out, take)
 
 
 def take_stream_images(options, count):
@@ -459,44 +458,27 @@ def check_readable(listing, options):
 def decode_files(files, size, channels):
     """Decode and fit image files in parallel: `(uint8 [N, size, size, channels], ok)`, with
     black images where `ok` is False (unreadable files; each is warned of)."""
+    images = np.zeros((len(files), size, size, channels), np.uint8)
+    ok = np.zeros(len(files), bool)
     if len(files) == 0:
-        return np.zeros((0, size, size, channels), np.uint8), np.zeros(0, bool)
-    paths = tf.data.Dataset.from_tensor_slices(tf.constant([str(f) for f in files]))
-    ds = _decoded(paths, size, channels)
-    images, ok = [], []
-    for example in ds.batch(256):
-        images.append(example["x"].numpy())
-        ok.append(example["ok"].numpy())
-    return np.concatenate(images), np.concatenate(ok)
-
-
-def _decoded(paths, size, channels, labels=None):
-    """`{"x": uint8 image, "ok": decoded}` (and `"y"`, from the dataset `labels`) per file
-    path of the dataset `paths`, in order, decoded in parallel. An unreadable file gives a
-    black image with `ok` False and a warning naming it (the caller filters on `ok`)."""
-    blank = tf.zeros([size, size, channels], tf.uint8)
-
-    def one(path):
-        good = (
-            tf.data.Dataset.from_tensors(path)
-            .map(lambda p: {"x": decode_image(tf.io.read_file(p), size, channels), "ok": True})
-            .ignore_errors()
-        )
-        bad = tf.data.Dataset.from_tensors(path).map(
-            lambda p: {"x": _report(p, blank), "ok": False}
-        )
-        return good.concatenate(bad).take(1)
-
-    decoded = paths.interleave(
-        one,
-        cycle_length=16,
-        block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        return images, ok
+    paths = tf.constant([str(f) for f in files])
+    load = lambda i: {"x": _read_image(paths, i, size, channels), "position": i}
+    decoded = tf.data.Dataset.range(len(files)).map(
+        load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
-    if labels is None:
-        return decoded
-    return tf.data.Dataset.zip(decoded, labels).map(lambda example, y: {**example, "y": y})
+    for batch in decoded.ignore_errors().batch(256):  # a failed file leaves its position out
+        positions = batch["position"].numpy()
+        images[positions], ok[positions] = batch["x"].numpy(), True
+    for index in np.flatnonzero(~ok):
+        _warn_unreadable(str(files[index]))
+    return images, ok
+
+
+def _read_image(paths, index, size, channels):
+    """File `index` of the string tensor `paths`, decoded and fitted (raises when it cannot
+    be decoded: the callers' `ignore_errors` drop it and the positions they carry show it)."""
+    return decode_image(tf.io.read_file(tf.gather(paths, index)), size, channels)
 
 
 SKIPPED = set()  # the unreadable files met by this process
@@ -508,18 +490,6 @@ def _warn_unreadable(name):
         log.warning(
             "data.path: skipped unreadable image %s (%d skipped so far)", name, len(SKIPPED)
         )
-
-
-def _report(path, blank):
-    """Warn of an unreadable file (a py_function: this branch runs only for such a file)."""
-
-    def warn(path):
-        _warn_unreadable(path.numpy().decode())
-        return True
-
-    done = tf.py_function(warn, [path], tf.bool)
-    with tf.control_dependencies([done]):
-        return tf.identity(blank)
 
 
 def folder_dataset(listing, options, seed, batch_size, cached=None):
@@ -554,8 +524,7 @@ def folder_dataset(listing, options, seed, batch_size, cached=None):
     paths = tf.constant(listing.files)
 
     def load(position, i):
-        image = decode_image(tf.io.read_file(tf.gather(paths, i)), size, channels)
-        return with_labels(i, {"x": image, "position": position})
+        return with_labels(i, {"x": _read_image(paths, i, size, channels), "position": position})
 
     # A file that fails to decode is dropped by `ignore_errors`; the positions carried past it
     # show the gap, and the scan (its state checkpointed) names the files that fell in it.

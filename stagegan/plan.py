@@ -1,5 +1,6 @@
 """`stagegan plan`: what each stage and update will train, shown before training."""
 
+from stagegan.data import tfrecord_label_counts
 from stagegan.optimizers import describe
 from stagegan.variables import count_parameters, scope_of
 
@@ -108,12 +109,9 @@ def describe_data(task):
         return []
     options = source.options
     where = f" {options['path']}" if options.get("path") else ""
-    how = {
-        "folder": f"streamed, {options['cache']} cache"
-        if options["cache"] != "none"
-        else "streamed",
-        "tfrecord": "streamed",
-    }.get(options["source"], "in memory")
+    how = "streamed" if source.iterator is not None else "in memory"
+    if options["cache"] != "none":
+        how += f", {options['cache']} cache"
     count = f"{source.count:,} images, " if source.count is not None else ""
     lines = [
         f"data: {options['source']}{where} ({count}{how}), {options['size']} px, "
@@ -121,9 +119,7 @@ def describe_data(task):
     ]
     if source.classes is not None:
         counts = source.class_counts
-        if counts is None:
-            from stagegan.data import tfrecord_label_counts
-
+        if counts is None:  # a tfrecord source: its labels are read now
             counts = tfrecord_label_counts(options)
         lines.append(
             f"classes: {len(source.classes)}: "
