@@ -23,6 +23,7 @@ A run config (every key but `task`, `batch_size` and `stages` has a default):
     ema: null                    # {decay: 0.999, start: 0, network: generator}
     eval: null                   # {every: 0, count: null, features: null}: eval in train
     guard: {policy: skip, max_consecutive: 20}   # NaN/Inf guard: skip, stop or off
+    augment: null                # {ops: [color, translation, cutout], p: 1.0, target: null}
 """
 
 import copy
@@ -73,6 +74,7 @@ TOP_LEVEL_DEFAULTS = {
     "eval": None,
     "guard": {"policy": "skip", "max_consecutive": 20},
     "init": None,
+    "augment": None,
 }
 DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
 EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
@@ -82,7 +84,28 @@ PROGRESS = ("auto", "bar", "lines")
 GUARD_POLICIES = ("skip", "stop", "off")
 SECTIONS = ("devices", "checkpoint", "log", "samples", "guard")  # always-present mappings
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
-STAGE_KEYS = ("name", "steps", "mode", "updates", "until")
+STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment")
+# Augmentation ops (`stagegan.augment`) -> the uniform numbers each draws per image, besides
+# its gate.
+AUGMENT_OPS = {
+    "color": 3,
+    "translation": 2,
+    "cutout": 2,
+    "xflip": 0,
+    "rotate90": 1,
+    "xint": 2,
+    "brightness": 1,
+    "contrast": 1,
+    "saturation": 1,
+}
+AUGMENT_DEFAULTS = {
+    "ops": ["color", "translation", "cutout"],
+    "p": 1.0,
+    "target": None,
+    "speed": 100000,
+    "interval": 4,
+}
+INHERIT = "inherit"  # a stage without `augment:` uses the run's
 UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode")
 UNTIL_KEYS += ("check_every", "min_steps")
 UNTIL_CHECK_EVERY = 100
@@ -210,9 +233,48 @@ class Until:
 
 
 @dataclass(frozen=True)
+class AugmentConfig:
+    """An `augment:` section (see `stagegan.augment`): differentiable augmentation of every
+    image a discriminator sees.
+
+    Attributes:
+        ops: op names, in the order they are applied.
+        p: each op's probability per image; the starting value when adaptive.
+        target: the r_t that an adaptive p aims at (ADA: 0.6), or None for a fixed p.
+        speed: images over which an adaptive p can move by 1 (ADA: 500,000).
+        interval: discriminator updates between adjustments of an adaptive p.
+        key: where it was given (`augment`, `stages[1].augment`); one augmenter, with its own
+            p, per key.
+    """
+
+    ops: tuple
+    p: float
+    target: object
+    speed: int
+    interval: int
+    key: str
+
+    @property
+    def adaptive(self):
+        return self.target is not None
+
+    def describe(self):
+        """`color, translation, cutout; p 1`, or how an adaptive p moves."""
+        if self.adaptive:
+            how = (
+                f"p adaptive from {self.p:g} towards r_t {self.target:g} (adjusted every "
+                f"{self.interval} D updates by up to batch x {self.interval} / {self.speed})"
+            )
+        else:
+            how = f"p {self.p:g}"
+        return f"{', '.join(self.ops)}; {how}"
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (an
-    `Until`, else None) it may end earlier."""
+    `Until`, else None) it may end earlier. `augment`: the `AugmentConfig` its discriminator
+    inputs go through (the run's unless the stage sets its own), or None."""
 
     name: str
     steps: int
@@ -220,6 +282,7 @@ class Stage:
     updates: tuple
     key: str
     until: object = None
+    augment: object = None
 
 
 @dataclass(frozen=True)
@@ -345,6 +408,7 @@ class RunConfig:
     eval: object  # EvalConfig, or None when disabled
     guard: GuardConfig
     init: object  # InitConfig, or None for a cold start
+    augment: object  # AugmentConfig, or None: the run's augmentation (stages may differ)
     raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
 
     @property
@@ -463,7 +527,8 @@ def parse_config(raw):
         key: _parse_optimizer(spec, f"optimizers.{key}")
         for key, spec in resolved["optimizers"].items()
     }
-    stages, optimizers, shared = _parse_stages(resolved["stages"], named)
+    augment = _parse_augment(resolved["augment"], "augment")
+    stages, optimizers, shared = _parse_stages(resolved["stages"], named, augment)
     checkpoint = resolved["checkpoint"]
     _check_keys(checkpoint, ("every", "keep"), "checkpoint")
     log = resolved["log"]
@@ -511,6 +576,7 @@ def parse_config(raw):
         ema=_parse_ema(resolved),
         eval=_parse_eval(resolved),
         init=_parse_init(resolved),
+        augment=augment,
         guard=GuardConfig(
             policy=guard["policy"],
             max_consecutive=_integer(guard["max_consecutive"], "guard.max_consecutive", 1),
@@ -888,7 +954,43 @@ def _parse_schedule(value, key):
     return LearningRateSchedule(**fields)
 
 
-def _parse_stages(value, named):
+def _parse_augment(value, key):
+    """An `augment:` mapping -> `AugmentConfig`; None (or absent) -> None."""
+    if value is None:
+        return None
+    spec = {**AUGMENT_DEFAULTS, **_mapping(value, key)}
+    _check_keys(spec, tuple(AUGMENT_DEFAULTS), key)
+    ops = spec["ops"]
+    if isinstance(ops, str):
+        ops = [ops]
+    if not isinstance(ops, list) or not ops:
+        raise ConfigError(f"{key}.ops", f"must be a non-empty list of ops. Received: {ops!r}")
+    for op in ops:
+        if op not in AUGMENT_OPS:
+            raise ConfigError(f"{key}.ops", f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
+    if len(set(ops)) != len(ops):
+        raise ConfigError(f"{key}.ops", f"names an op twice. Received: {ops!r}")
+    p = _number(spec["p"], f"{key}.p")
+    if not 0 <= p <= 1:
+        raise ConfigError(f"{key}.p", f"must be between 0 and 1. Received: {p:g}")
+    target = spec["target"]
+    if target is not None:
+        target = _number(target, f"{key}.target")
+        if not -1 < target < 1:
+            raise ConfigError(
+                f"{key}.target", f"must be between -1 and 1 (an r_t). Received: {target:g}"
+            )
+    return AugmentConfig(
+        ops=tuple(ops),
+        p=float(p),
+        target=target,
+        speed=_integer(spec["speed"], f"{key}.speed", minimum=1),
+        interval=_integer(spec["interval"], f"{key}.interval", minimum=1),
+        key=key,
+    )
+
+
+def _parse_stages(value, named, augment=None):
     if not isinstance(value, list) or not value:
         raise ConfigError("stages", f"must be a non-empty list of stages. Received: {value!r}")
     stages, optimizers, shared, names = [], {}, set(), set()
@@ -924,8 +1026,18 @@ def _parse_stages(value, named):
         until = None
         if stage_raw.get("until") is not None:
             until = _parse_until(stage_raw["until"], f"{key}.until", steps)
+        own = stage_raw.get("augment", INHERIT)
+        stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
         stages.append(
-            Stage(name=name, steps=steps, mode=mode, updates=tuple(updates), key=key, until=until)
+            Stage(
+                name=name,
+                steps=steps,
+                mode=mode,
+                updates=tuple(updates),
+                key=key,
+                until=until,
+                augment=stage_augment,
+            )
         )
     return tuple(stages), optimizers, shared
 

@@ -5,7 +5,8 @@
 
 The task decides what to measure (`Task.evaluate`); this module gives it batched sampling,
 the run's stage-end checkpoints (for baselines such as the reconstruction-only stage), and
-feature extractors for FID and KID. The maths lives in `stagegan.metrics`.
+feature extractors for FID and KID. The maths lives in `stagegan.metrics` and
+`stagegan.realism`.
 """
 
 import contextlib
@@ -18,7 +19,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from stagegan import metrics
+from stagegan import metrics, realism
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import chunk_size
 from stagegan.errors import ConfigError
@@ -162,7 +163,9 @@ class Evaluation:
         return features.reshape(len(features), -1)
 
     def fid_kid(self, task):
-        """FID and KID between `count` generated images and `count` real ones."""
+        """FID, KID, precision, recall, density and coverage (`distances`) between `count`
+        generated images and `count` real ones, and the classifier two-sample test on the
+        images themselves (`c2st`, `c2st_std`)."""
         real, held_out = task.reference_images(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
@@ -172,6 +175,7 @@ class Evaluation:
             "held_out": held_out,
             "features": self.features_name,  # after loading: it may have fallen back
             **distances,
+            **self.c2st(real, fake),
         }
 
     def class_fid_kid(self, task):
@@ -190,6 +194,7 @@ class Evaluation:
             "held_out": held_out,
             "features": self.features_name,
             **self.distances(real_features, fake_features),
+            **self.c2st(real, fake),
         }
         for index, name in enumerate(task.classes):
             chosen = labels == index
@@ -199,15 +204,25 @@ class Evaluation:
         return result
 
     def distances(self, real_features, fake_features):
-        """`{"fid", "kid", "kid_std"}` between two feature sets."""
+        """`{"fid", "kid", "kid_std", "precision", "recall", "density", "coverage"}` between
+        two feature sets; the neighbourhood sizes (3 for precision and recall, 5 for density
+        and coverage) shrink to one less than the smaller set's size."""
         kid, kid_std = metrics.kernel_inception_distance(
             real_features, fake_features, seed=self.seed
         )
+        largest_k = min(len(real_features), len(fake_features)) - 1
         return {
             "fid": metrics.frechet_distance(real_features, fake_features),
             "kid": kid,
             "kid_std": kid_std,
+            **realism.precision_recall(real_features, fake_features, k=min(3, largest_k)),
+            **realism.density_coverage(real_features, fake_features, k=min(5, largest_k)),
         }
+
+    def c2st(self, real_images, fake_images):
+        """`{"c2st", "c2st_std"}`: the classifier two-sample test (`realism.c2st`) between
+        two image sets, with this evaluation's seed."""
+        return realism.c2st(real_images, fake_images, seed=self.seed)
 
     @property
     def features_name(self):
@@ -216,24 +231,43 @@ class Evaluation:
     def _load_extractor(self):
         if self._extractor is None:
             try:
-                self._extractor = load_extractor(self.features_spec, self.features_key)
+                self._extractor = self._extractor_for(self.features_spec)
             except ConfigError:
                 if self.features_named or self.features_spec != INCEPTION:
                     raise
-                # Offline without InceptionV3 weights, and nobody asked for them: the realism
-                # metric of the offline shapes features rather than no evaluation at all.
+                # Offline without InceptionV3 weights, and nobody asked for them: offline
+                # features rather than no evaluation at all.
+                data = getattr(self.task, "data", None) or {}
+                fallback = SHAPES if data.get("source") == "shapes" else SELFSUP
                 log.warning(
                     "eval: InceptionV3's weights could not be loaded (offline?); FID/KID use "
-                    "the offline shapes features instead (compare them only with other "
-                    "'shapes' numbers; --features inception:PATH takes a local copy)"
+                    f"the offline features {describe_features(fallback)} instead (compare "
+                    f"them only with other '{fallback}' numbers of the same real images and "
+                    "seed; --features inception:PATH takes a local copy)"
                 )
-                self.features_spec = SHAPES
-                self._extractor = load_extractor(self.features_spec, self.features_key)
+                self.features_spec = fallback
+                self._extractor = self._extractor_for(fallback)
         return self._extractor
+
+    def _extractor_for(self, spec):
+        """`load_extractor(spec)`, given this evaluation's real images when it trains on
+        them (`selfsup`)."""
+        if spec != SELFSUP:
+            return load_extractor(spec, self.features_key)
+        reference = getattr(self.task, "reference_images", None)
+        if reference is None:
+            raise ConfigError(
+                self.features_key,
+                f"{SELFSUP} trains on the task's real images; task {self.task.name!r} has "
+                "none (no reference_images)",
+            )
+        images, _ = reference(self.count, self.seed, self.count_key)
+        return load_extractor(spec, self.features_key, images, self.seed)
 
 
 SHAPES = "shapes"
 INCEPTION = "inception"
+SELFSUP = "selfsup"
 
 
 def default_features(options):
@@ -247,16 +281,22 @@ def describe_features(spec):
         return "shapes_net"
     if spec == INCEPTION:
         return "InceptionV3 (ImageNet)"
+    if spec == SELFSUP:
+        return "selfsup (rotation net on this run's reference images)"
     if spec.startswith(INCEPTION + ":"):
         return f"InceptionV3 ({spec[len(INCEPTION) + 1 :]})"
     return spec
 
 
-def load_extractor(spec, key):
+def load_extractor(spec, key, reference_images=None, seed=0):
     """A callable images [N, S, S, C] in [-1, 1] -> features.
 
     `spec` is one of:
         shapes                   the shapes classifier's 128-d features (`stagegan.shapes_net`)
+        selfsup                  the 128-d features of a small network trained here, on
+                                 `reference_images` with `seed`, to predict images' rotations
+                                 (`stagegan.realism.selfsup_extractor`); any image data,
+                                 offline, comparable only with the same images and seed
         inception                InceptionV3 with ImageNet weights (downloaded once by Keras)
         inception:PATH           InceptionV3 with the weights file at PATH (an offline copy
                                  of Keras's `..._notop.h5`)
@@ -272,6 +312,9 @@ def load_extractor(spec, key):
         from stagegan import shapes_net
 
         return shapes_net.extractor()
+    if spec == SELFSUP:
+        assert reference_images is not None, "selfsup trains on the real images"
+        return realism.selfsup_extractor(reference_images, seed)
     if spec == INCEPTION or spec.startswith(INCEPTION + ":"):
         return _inception(spec[len(INCEPTION) + 1 :] or None, key)
     from stagegan.tasks import load_object

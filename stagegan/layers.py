@@ -40,6 +40,20 @@ def pack(samples, m):
     return tf.reshape(grouped, [-1, *shape[1:-1], m * shape[-1]])
 
 
+def unpack(packs, m):
+    """The inverse of `pack`: `[B/m, H, W, m*C]` back to `[B, H, W, C]` (or `[B/m, m*d]` to
+    `[B, d]`), in the original sample order."""
+    if m == 1:
+        return packs
+    shape = packs.shape
+    channels = shape[-1] // m
+    split = tf.reshape(packs, [-1, *shape[1:-1], m, channels])
+    if len(shape) > 2:  # the pack axis back next to the batch axis
+        rank = len(shape) + 1
+        split = tf.transpose(split, [0, rank - 2, *range(1, rank - 2), rank - 1])
+    return tf.reshape(split, [-1, *shape[1:-1], channels])
+
+
 def _power_iteration(kernel, u):
     """One power iteration on `kernel` viewed as an [inputs, outputs] matrix W: returns
     `(v, u')` with v = W u / |W u| and u' = W^T v / |W^T v|."""

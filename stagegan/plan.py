@@ -78,6 +78,7 @@ def describe_plan(trainer):
         )
         if stage.until is not None:
             lines.append(f"  until: {stage.until.describe()}; at most {stage.steps} steps")
+        lines += describe_augment(stage, config)
         for plan in stage_step.plans:
             update = plan.update
             loss = " + ".join(f"{w:g}*{t}" for t, w in update.loss)
@@ -100,6 +101,14 @@ def describe_plan(trainer):
                 "    no gradient (dropped): " + (", ".join(dropped) if dropped else "none")
             )
     return "\n".join(lines)
+
+
+def describe_augment(stage, config):
+    """The line saying how a stage augments its discriminator's inputs (none: no line, unless
+    the run augments and this stage turns it off)."""
+    if stage.augment is not None:
+        return [f"  augment ({stage.augment.key}): {stage.augment.describe()}"]
+    return ["  augment: none in this stage"] if config.augment is not None else []
 
 
 def describe_data(task):

@@ -281,7 +281,8 @@ def restore(trainer, plan):
 
 def appended_objects(trainer, kept):
     """The checkpoint names of what only stages appended on this resume use (stages from
-    index `kept` on): their own optimizers and loss scales, and their updates' guard counters.
+    index `kept` on): their own optimizers and loss scales, their updates' guard counters,
+    and the state of their own augmentation.
     They start fresh, as in a run given the longer config from the start. A named optimizer
     that existing stages use may not take on new variables: its state has no place for them.
 
@@ -316,6 +317,10 @@ def appended_objects(trainer, kept):
                 )
             if update.name not in old_names:
                 fresh.add(f"guard_in_a_row_{slug(update.name)}")
+    old_augment = {s.augment.key for s in stages[:kept] if s.augment is not None}
+    for stage in stages[kept:]:
+        if stage.augment is not None and stage.augment.key not in old_augment:
+            fresh.update(trainer.augmenters[stage.augment.key].trackables())
     return fresh
 
 

@@ -115,10 +115,21 @@ class StageStep:
         global_step: the run's int64 step counter, incremented by every stage step.
         after_step: optional `(global_step) -> None`, traced in after the increment (the
             generator EMA update).
+        augmenter: the stage's `augment.Augmenter`, or None. Its p and r_t are logged
+            (`augment/p`, `augment/rt`), and every applied update that reports
+            `d_real_accuracy` (a discriminator update) feeds its adaptive p.
     """
 
     def __init__(
-        self, stage, plans, draw_batch, compute_terms, replicas, global_step, after_step=None
+        self,
+        stage,
+        plans,
+        draw_batch,
+        compute_terms,
+        replicas,
+        global_step,
+        after_step=None,
+        augmenter=None,
     ):
         self.stage = stage
         self.plans = tuple(plans)
@@ -127,6 +138,7 @@ class StageStep:
         self.replicas = replicas
         self.global_step = global_step
         self.after_step = after_step
+        self.augmenter = augmenter
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self.traced = {}  # update name -> TracedUpdate, filled by tracing
@@ -196,6 +208,9 @@ class StageStep:
         for plan, (update_metrics, result) in zip(self.plans, outputs, strict=True):
             metrics.update(update_metrics)
             guard[plan.update.name] = result
+        if self.augmenter is not None:
+            with tf.device(self.replicas.variables):
+                metrics.update(self.augmenter.metrics())
         return StepOutput(metrics, guard, gradients or {})
 
     def _sequential(self, plan, stage_step, gradients):
@@ -209,6 +224,7 @@ class StageStep:
                 # No tensors out of a tf.cond: gradients only from updates that always run.
                 metrics = self._metrics(plan, averaged, gradients if always else None)
                 skip, metrics = self._apply(plan, averaged, metrics)
+                self._observe(averaged, tf.logical_not(skip))
                 skipped.append(tf.cast(skip, tf.int32))
                 detail = averaged.detail if detail is None else detail & averaged.detail
             with tf.device(self.replicas.variables):
@@ -230,6 +246,8 @@ class StageStep:
             # ... and only then are they all applied.
             def run(active, plan=plan, averaged=averaged, update_metrics=update_metrics):
                 skip, update_metrics = self._apply(plan, averaged, update_metrics, active)
+                applied = tf.logical_not(skip)
+                self._observe(averaged, applied if active is None else applied & active)
                 with tf.device(self.replicas.variables):
                     result = plan.guard.result(tf.cast(skip, tf.int32), averaged.detail, active)
                 return update_metrics, result
@@ -262,6 +280,12 @@ class StageStep:
             if plan.guard.loss_scale is not None:
                 metrics = {**metrics, f"{plan.update.name}/loss_scale": plan.guard.scale()}
         return skip, metrics
+
+    def _observe(self, averaged, applied):
+        """Feed a discriminator update's `d_real_accuracy` to the adaptive augmentation."""
+        if self.augmenter is not None and "d_real_accuracy" in averaged.terms:
+            with tf.device(self.replicas.variables):
+                self.augmenter.observe(averaged.terms["d_real_accuracy"], applied)
 
     def _idle(self, plan):
         """An update's output on a step it does not run: NaN metrics, skipped -1."""

@@ -88,20 +88,51 @@ class Trainer:
         self.updates = build_updates(config, model, self.placement)
         check_metrics(config.stages, self.updates.plans, self.task)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
+        self.augmenters = build_augmenters(config, self.task, self.placement)
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None
-        # The step functions trace without AutoGraph (stagegan's own code has no tensor-
-        # dependent Python branches, and converting it, the optimizers and Keras tripled the
-        # trace time); the task's methods are converted, so they may use Python `if`/`for`
-        # over tensors as in any tf.function.
-        batch, losses = converted(self.task.batch), converted(self.task.losses)
-        draw = lambda: batch(config.batch_size)
         self.stage_steps = [
-            StageStep(stage, plans, draw, losses, replicas, self.global_step, after_step)
+            StageStep(
+                stage,
+                plans,
+                *self.stage_inputs(stage),
+                replicas,
+                self.global_step,
+                after_step,
+                augmenter=self.augmenters.get(stage.augment.key) if stage.augment else None,
+            )
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
         ]
         self.guard = Guard(config.guard, self.placement.labels)
         self.checkpoint = tf.train.Checkpoint(**self.trackables())
+
+    def stage_inputs(self, stage):
+        """A stage's `(draw_batch, compute_terms)`: the task's batch and losses, with the
+        stage's augmentation (its random numbers drawn with the batch, its ops applied to
+        every image the discriminator sees, through `Task.augmenter` while the step traces).
+
+        The step functions trace without AutoGraph (stagegan's own code has no tensor-
+        dependent Python branches, and converting it, the optimizers and Keras tripled the
+        trace time); the task's methods are converted, so they may use Python `if`/`for` over
+        tensors as in any tf.function.
+        """
+        batch, losses = converted(self.task.batch), converted(self.task.losses)
+        size, task = self.config.batch_size, self.task
+        augmenter = self.augmenters.get(stage.augment.key) if stage.augment else None
+        if augmenter is None:
+            return (lambda: batch(size)), losses
+
+        def draw():
+            return {**batch(size), **augmenter.draw(self.rngs.noise, size)}
+
+        def compute(shard, terms):
+            task.augmenter = augmenter
+            try:
+                return losses(shard, terms)
+            finally:
+                task.augmenter = None
+
+        return draw, compute
 
     def state_variables(self):
         """Every network's non-trainable variables (BatchNorm statistics, spectral-norm
@@ -129,6 +160,8 @@ class Trainer:
         objects.update(self.task.trackables())
         if self.ema is not None:
             objects.update(self.ema.trackables())
+        for augmenter in self.augmenters.values():
+            objects.update(augmenter.trackables())
         return objects
 
     def trace(self, from_step=0):
@@ -261,6 +294,30 @@ def build_updates(config, model, placement):
         for stage in config.stages
     )
     return Updates(optimizers, loss_scales, in_a_row, plans)
+
+
+def build_augmenters(config, task, placement):
+    """One `augment.Augmenter` per `augment:` section that a stage uses (`{key: ...}`), its
+    state on the variable device.
+
+    Raises:
+        ConfigError: augmentation on a task whose discriminator does not see images.
+    """
+    specs = {s.augment.key: s.augment for s in config.stages if s.augment is not None}
+    if not specs:
+        return {}
+    if not getattr(task, "augments", False):
+        key = next(iter(specs))
+        raise ConfigError(
+            key,
+            f"task {config.task!r} does not augment its discriminator's inputs (the image "
+            "tasks unconditional and completion do); remove augment",
+        )
+    from stagegan.augment import Augmenter
+
+    return {
+        key: Augmenter(spec, config.batch_size, placement.variables) for key, spec in specs.items()
+    }
 
 
 def monitors_of(task, update):

@@ -29,6 +29,8 @@ import math
 
 from stagegan.errors import ConfigError
 
+AUGMENT_METRICS = ("augment/p", "augment/rt")  # logged by every stage that augments
+
 log = logging.getLogger("stagegan")
 
 
@@ -160,6 +162,8 @@ def check_metrics(stages, stage_plans, task):
                 )
             continue
         names = [name for plan in plans for name in plan.metric_names()]
+        if stage.augment is not None:
+            names += list(AUGMENT_METRICS)
         if until.metric not in names:
             raise ConfigError(
                 f"{until.key}.metric",

@@ -227,6 +227,18 @@ CASES = {
         ["deterministic: must be true or false"],
     ),
     "ema decay out of range": ([*TRAIN, *toy("ema.decay=2")], ["ema.decay: must be in [0, 1)"]),
+    "augment with an unknown op": (
+        [*TRAIN, *toy("augment.ops=[color, blur]")],
+        ["augment.ops: unknown op 'blur'", "known: color, translation"],
+    ),
+    "augment on a task without images": (
+        [*TRAIN, *toy("augment={p: 0.5}")],
+        ["augment: task 'toytask:factory' does not augment"],
+    ),
+    "a stage's augment p above 1": (
+        [*TRAIN, *toy("stages[0].augment={p: 2}")],
+        ["stages[0].augment.p: must be between 0 and 1"],
+    ),
     "eval count below 4": ([*TRAIN, *toy("eval.count=2")], ["eval.count: must be at least 4"]),
     "eval batch size of zero": (
         [*TRAIN, *toy("eval.batch_size=0")],

@@ -415,6 +415,9 @@ def folder_chain(tmp_path_factory):
         "--set", "stages[0].steps=6", "--set", "stages[1].steps=4",
         "--set", "checkpoint={every: 2, keep: 10}", "--set", "samples=null",
         "--set", "log={every: 1, tensorboard: false}", "--set", "deterministic=true",
+        # adaptive augmentation: p and its running sums must resume exactly too
+        "--set", "augment={ops: [color, translation, cutout, xflip, rotate90, xint], p: 0.3, "
+        "target: 0.0, speed: 64, interval: 3}",
     ]  # fmt: skip
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"}
     reference = subprocess.Popen(
@@ -436,6 +439,8 @@ def test_a_streamed_folder_resumes_bit_identical(folder_chain):
     assert [r.returncode for r in results] == [-9, 143, 0], [r.stderr[-2000:] for r in results]
     assert [r["step"] for r in records(run / "resume.jsonl", drop=())] == [4, 8]
     assert records(run / "metrics.jsonl") == records(reference / "metrics.jsonl")
+    p = [r["augment/p"] for r in records(reference / "metrics.jsonl")]
+    assert len(set(p)) > 2, p  # the adaptive p moved during the run
     for step in (6, 10):
         name = f"checkpoints/ckpt-{step:08d}"
         keys = tf.train.load_checkpoint(str(reference / name)).get_variable_to_shape_map()

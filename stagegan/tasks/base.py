@@ -36,7 +36,7 @@ import tensorflow as tf
 from stagegan import losses, pictures
 from stagegan.data import ImageSource, reference_pool
 from stagegan.errors import ConfigError
-from stagegan.layers import pack
+from stagegan.layers import pack, unpack
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
 # 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
@@ -89,6 +89,8 @@ class Task:
     defaults = {"data": {}, "model": {}, "loss": {}}
     batch_size = None  # the global batch size; set by the trainer before build()
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
+    augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
+    augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -121,6 +123,19 @@ class Task:
     def sample(self, inputs):
         """Generator outputs for `inputs` (as drawn by `random_inputs`)."""
         raise NotImplementedError
+
+    def augment(self, images, batch, side, m=1):
+        """The images a discriminator is about to see, through the stage's augmentation
+        (`augment:`; unchanged without one). `side` is "real" or "fake": which of the batch's
+        random numbers to use (`batch["augment_real"]`, one row per image of the shard).
+        `m`: the images are packs of m (`stagegan.layers.pack`); each image of a pack is
+        augmented on its own."""
+        if self.augmenter is None:
+            return images
+        uniforms = batch[f"augment_{side}"]
+        if m == 1:
+            return self.augmenter(images, uniforms)
+        return pack(self.augmenter(unpack(images, m), uniforms), m)
 
     def trackables(self):
         """Extra objects to checkpoint (e.g. a data iterator)."""
@@ -342,14 +357,19 @@ def adversarial_losses(task, batch, terms):
     m, x, out = task.pack, batch["x"], {}
     conditional = getattr(task, "conditional", False)
 
-    def critic_of(labels):
+    def critic_of(labels, side):
+        # Augmentation (`augment:`) comes first, so penalties differentiate with respect to
+        # the un-augmented images, as ADA's R1 does.
+        seen = lambda packed: task.augment(packed, batch, side, m)
         if not conditional:
-            return lambda packed: float32(task.discriminator(packed, training=True))
+            return lambda packed: float32(task.discriminator(seen(packed), training=True))
         packed_labels = tf.reshape(labels, [-1, m])
-        return lambda packed: float32(task.discriminator([packed, packed_labels], training=True))
+        return lambda packed: float32(
+            task.discriminator([seen(packed), packed_labels], training=True)
+        )
 
-    real_critic = critic_of(batch.get("y"))
-    fake_critic = critic_of(batch.get("fake_y"))
+    real_critic = critic_of(batch.get("y"), "real")
+    fake_critic = critic_of(batch.get("fake_y"), "fake")
     if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
         latent = [batch["z"], batch["fake_y"]] if conditional else batch["z"]
         fake = float32(task.generator(latent, training=True))

@@ -18,6 +18,9 @@ Loss terms:
 
 Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
 (fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
+
+`model.discriminator_type`: `glcic` (the default: global and local branches, one logit) or
+`patch` (a PatchGAN that sees the image and the mask and scores each overlapping patch).
 Masks are drawn from the run's noise stream for the whole global batch.
 """
 
@@ -40,12 +43,14 @@ class Completion(ImageTask):
     generator_adversarial_terms = ("g_adversarial",)  # what benchmarks/ablation.py removes
     monitor_terms = {"d_adversarial": losses.ACCURACY_TERMS}  # logged with it
     realism_metric = "fid"  # lower is better
+    augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
         "model": {
             "width": 32,
             "dilations": [2, 4],
             "spectral_norm": False,
+            "discriminator_type": "glcic",
             "generator": None,
             "discriminator": None,
         },
@@ -66,6 +71,7 @@ class Completion(ImageTask):
         positive(self.model, "model", "width")
         if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
             raise ConfigError("model.dilations", "must be a list of positive integers")
+        choice(self.model, "model", "discriminator_type", ("glcic", "patch"))
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
@@ -85,9 +91,18 @@ class Completion(ImageTask):
         self.generator = self.build_network(
             "generator", generator, (size, size, channels + 1), (size, size, channels)
         )
-        self.discriminator = self.build_network(
-            "discriminator", discriminator, [(size, size, channels), (crop, crop, channels)], (1,)
-        )
+        if self.model["discriminator_type"] == "patch":
+            side = patch_side(size)
+            self.discriminator = self.build_network(
+                "discriminator", patch_discriminator, (size, size, channels + 1), (side, side, 1)
+            )
+        else:
+            self.discriminator = self.build_network(
+                "discriminator",
+                discriminator,
+                [(size, size, channels), (crop, crop, channels)],
+                (1,),
+            )
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -107,15 +122,22 @@ class Completion(ImageTask):
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
 
-    def score(self, images, offsets):
-        """The discriminator's float32 logits for whole images and their crops at `offsets`."""
+    def score(self, images, offsets, batch=None, side="real"):
+        """The discriminator's float32 logits for whole images and their crops at `offsets`;
+        with `batch`, the images go through the stage's augmentation first (`augment:`, with
+        the batch's random numbers of `side`), and the crops are taken from them."""
+        if batch is not None:
+            images = self.augment(images, batch, side)
+        if self.model["discriminator_type"] == "patch":
+            mask = batch["mask"] if batch is not None else tf.zeros_like(images[..., :1])
+            return float32(self.discriminator(tf.concat([images, mask], -1), training=True))
         return float32(self.discriminator([images, self.crops(images, offsets)], training=True))
 
     def losses(self, batch, terms):
         x, mask, offsets = batch["x"], batch["mask"], batch["crop_offset"]
         out = {}
         if "r1" in terms:
-            out["r1"] = losses.r1_penalty(lambda images: self.score(images, offsets), x)
+            out["r1"] = losses.r1_penalty(lambda images: self.score(images, offsets, batch), x)
         if not set(terms) - {"r1"}:
             return out  # a lazy R1 update needs no completion
         raw, completed = self.complete(x, mask, training=True)
@@ -125,12 +147,12 @@ class Completion(ImageTask):
         if "reconstruction_l1" in terms:
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
-            real_logits = self.score(x, offsets)
-            fake_logits = self.score(tf.stop_gradient(completed), offsets)
+            real_logits = self.score(x, offsets, batch)
+            fake_logits = self.score(tf.stop_gradient(completed), offsets, batch, "fake")
             out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
             out.update(self.d_accuracy(real_logits, fake_logits, terms))
         if "g_adversarial" in terms:
-            out["g_adversarial"] = self.g_loss(self.score(completed, offsets))
+            out["g_adversarial"] = self.g_loss(self.score(completed, offsets, batch, "fake"))
         return out
 
     def sample(self, inputs):
@@ -142,7 +164,7 @@ class Completion(ImageTask):
     eval_metrics = tuple(
         f"{prefix}{name}"
         for prefix in ("", "mean_fill/", "reconstruction_stage_end/")
-        for name in ("l1", "psnr", "ssim", "fid")
+        for name in ("l1", "psnr", "ssim", "structure", "sharpness", "c2st", "c2st_std", "fid")
     ) + ("count", "reconstruction_stage_end/step")
     sample_count = 8  # rows
     reconstruction_terms = frozenset({"reconstruction", "reconstruction_l1"})
@@ -184,6 +206,10 @@ class Completion(ImageTask):
         """Errors and realism of completions of held-out images (values in [0, 1]).
 
         * `l1`, `psnr`, `ssim`: per-pixel errors in the holes;
+        * `structure`, `sharpness`: the local structure (gradient and Laplacian magnitudes)
+          in the holes against the same images whole (`metrics.structure_metrics`);
+        * `c2st`: a classifier's held-out accuracy telling completed images from the same
+          images whole (0.5: it cannot; `stagegan.realism.c2st`), with its spread;
         * `fid`: the Fréchet distance between the features of the completed images and of
           the same images whole (0 for a perfect completion; a blurred or implausible fill
           raises it), on `evaluation.features()` (`features` names them);
@@ -200,6 +226,8 @@ class Completion(ImageTask):
 
         def score(completed):
             values = metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
+            values.update(metrics.structure_metrics(truth, (completed + 1.0) / 2.0, mask))
+            values.update(evaluation.c2st(x, completed))
             if realism:
                 fake_features = evaluation.features(completed)
                 values["fid"] = metrics.frechet_distance(real_features, fake_features)
@@ -280,6 +308,27 @@ def discriminator(task):
     )
     logit = dense(1, "out", norm)(layers.LeakyReLU(0.2)(both))
     return keras.Model([image, patch], logit, name="discriminator")
+
+
+def patch_side(size):
+    """The side of the patch discriminator's logit map for images of side `size`."""
+    return size // 4
+
+
+def patch_discriminator(task):
+    """A PatchGAN (Isola et al. 2017) that also sees the hole (as DeepFill v2's SN-PatchGAN
+    does): [image, mask] [S, S, C + 1] -> a map of logits [S/4, S/4, 1], one per overlapping
+    patch of about 22 x 22 pixels (two stride-2 and one stride-1 4x4 convolutions, then a 3x3
+    to one logit). The adversarial losses average over the map, so every patch is judged on
+    its own texture: blur in a hole is what tells its patches from real ones."""
+    size, channels, width = task.size, task.data["channels"], task.model["width"]
+    layers, norm = keras.layers, task.model["spectral_norm"]
+    x = keras.Input((size, size, channels + 1))
+    h = x
+    for i, (mult, stride) in enumerate(((1, 2), (2, 2), (4, 1))):
+        h = layers.LeakyReLU(0.2)(conv2d(width * mult, 4, stride, f"patch{i}", norm)(h))
+    logits = conv2d(1, 3, 1, "out", norm)(h)
+    return keras.Model(x, logits, name="discriminator")
 
 
 def draw_holes(rng, batch_size, size, options, crop):

@@ -37,6 +37,7 @@ class Unconditional(ImageTask):
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {"d_loss": losses.ACCURACY_TERMS}  # logged with it
     realism_metric = "fid"  # lower is better
+    augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": dict(DATA_DEFAULTS),
         "model": {
@@ -141,7 +142,18 @@ class Unconditional(ImageTask):
         return pictures.image_grid(outputs["samples"], columns=columns)
 
     eval_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
-    eval_metrics = ("count", "fid", "kid", "kid_std")
+    eval_metrics = (
+        "count",
+        "fid",
+        "kid",
+        "kid_std",
+        "precision",
+        "recall",
+        "density",
+        "coverage",
+        "c2st",
+        "c2st_std",
+    )
 
     def uses_features(self, evaluation):
         return True  # FID/KID: Evaluation.check loads the extractor before training

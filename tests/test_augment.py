@@ -1,0 +1,326 @@
+"""Differentiable augmentation (`augment:`): each op against numpy, gradients through it, the
+adaptive-p controller by hand, and the same training on 1 tower, 4 towers and mirrored."""
+
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from stagegan import augment
+from stagegan.config import AUGMENT_OPS, AugmentConfig, parse_config
+from stagegan.errors import ConfigError
+from stagegan.layers import pack, unpack
+from stagegan.plan import describe_plan
+from stagegan.training import Trainer
+
+RNG = np.random.default_rng(0)
+IMAGES = RNG.uniform(-1, 1, (5, 8, 8, 3)).astype(np.float32)
+
+
+def run_op(op, u, images=IMAGES, gate=True):
+    uniforms = np.concatenate([np.full((len(images), 1), 0.0 if gate else 1.0), u], axis=1)
+    return augment.apply_ops(images, tf.constant(uniforms, tf.float32), [op], 0.5).numpy()
+
+
+def uniforms(width, n=5, seed=1):
+    return np.random.default_rng(seed).uniform(0, 1, (n, width)).astype(np.float32)
+
+
+# numpy references, written from the papers' code ---------------------------------------------
+
+
+def np_shift(images, dy, dx, reflect):
+    out = np.empty_like(images)
+    h, w = images.shape[1:3]
+    for i, image in enumerate(images):
+        if reflect:
+            padded = np.pad(image, ((h, h), (w, w), (0, 0)), mode="reflect")
+            out[i] = padded[h - dy[i] : 2 * h - dy[i], w - dx[i] : 2 * w - dx[i]]
+        else:
+            padded = np.pad(image, ((h, h), (w, w), (0, 0)))
+            out[i] = padded[h - dy[i] : 2 * h - dy[i], w - dx[i] : 2 * w - dx[i]]
+    return out
+
+
+def test_color_matches_diffaugment():
+    u = uniforms(3)
+    x = IMAGES + (u[:, 0] - 0.5)[:, None, None, None]
+    mean = x.mean(axis=3, keepdims=True)
+    x = (x - mean) * (2 * u[:, 1])[:, None, None, None] + mean
+    mean = x.mean(axis=(1, 2, 3), keepdims=True)
+    x = (x - mean) * (u[:, 2] + 0.5)[:, None, None, None] + mean
+    np.testing.assert_allclose(run_op("color", u), x, atol=1e-5)
+
+
+def test_translation_shifts_by_up_to_an_eighth_with_zero_padding():
+    u = np.array([[0.0, 0.99], [0.5, 0.5], [0.99, 0.0], [0.3, 0.7], [0.2, 0.9]], np.float32)
+    s = int(8 * 0.125 + 0.5)  # 1 pixel at 8 px
+    shifts = np.floor(u * (2 * s + 1)).astype(int) - s  # DiffAugment's randint(-s, s + 1)
+    expected = np_shift(IMAGES, shifts[:, 0], shifts[:, 1], reflect=False)
+    np.testing.assert_allclose(run_op("translation", u), expected, atol=0)
+    assert {tuple(r) for r in shifts} >= {(-1, 1), (0, 0), (1, -1)}
+
+
+def test_xint_translates_with_reflect_padding():
+    u = np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0], [0.3, 0.8], [0.6, 0.1]], np.float32)
+    big = RNG.uniform(-1, 1, (5, 16, 16, 1)).astype(np.float32)
+    shifts = np.round((u * 2 - 1) * 0.125 * 16).astype(int)  # ADA: up to 2 px at 16 px
+    expected = np_shift(big, shifts[:, 0], shifts[:, 1], reflect=True)
+    np.testing.assert_allclose(run_op("xint", u, big), expected, atol=0)
+    assert shifts.min() == -2 and shifts.max() == 2
+
+
+def test_cutout_zeroes_a_half_side_square():
+    u = np.array([[0.0, 0.0], [0.99, 0.99], [0.5, 0.3], [0.1, 0.8], [0.7, 0.7]], np.float32)
+    out = run_op("cutout", u)
+    size = 4  # int(8 * 0.5 + 0.5)
+    for i in range(5):
+        oy, ox = (np.floor(u[i] * (8 + 1 - size % 2))).astype(int)  # DiffAugment's offsets
+        mask = np.ones((8, 8, 1), np.float32)
+        mask[max(oy - 2, 0) : max(oy + 2, 0), max(ox - 2, 0) : max(ox + 2, 0)] = 0
+        np.testing.assert_allclose(out[i], IMAGES[i] * mask, atol=0)
+
+
+def test_flip_and_rotations():
+    np.testing.assert_array_equal(run_op("xflip", np.zeros((5, 0))), IMAGES[:, :, ::-1])
+    u = np.array([[0.1], [0.3], [0.6], [0.9], [0.0]], np.float32)
+    out = run_op("rotate90", u)
+    for i, k in enumerate([0, 1, 2, 3, 0]):
+        np.testing.assert_array_equal(out[i], np.rot90(IMAGES[i], k, axes=(0, 1)))
+
+
+def test_ada_colour_ops():
+    u = uniforms(1)
+    z = np.array([NormalDist().inv_cdf(float(v)) for v in u[:, 0]])
+    b = IMAGES + (0.2 * z)[:, None, None, None]
+    np.testing.assert_allclose(run_op("brightness", u), b, atol=1e-5)
+    c = IMAGES * (2 ** (0.5 * z))[:, None, None, None]
+    np.testing.assert_allclose(run_op("contrast", u), c, atol=1e-5)
+    axis = np.ones(3) / np.sqrt(3)
+    along = (IMAGES @ axis)[..., None] * axis
+    s = along + (IMAGES - along) * (2**z)[:, None, None, None]
+    np.testing.assert_allclose(run_op("saturation", u), s, atol=1e-5)
+    grey = IMAGES[..., :1]
+    np.testing.assert_array_equal(run_op("saturation", u, grey), grey)
+
+
+@pytest.mark.parametrize("op", sorted(AUGMENT_OPS))
+def test_a_closed_gate_leaves_the_image(op):
+    u = uniforms(AUGMENT_OPS[op])
+    np.testing.assert_array_equal(run_op(op, u, gate=False), IMAGES)
+
+
+def test_p_gates_each_image_on_its_own():
+    gates = np.array([[0.1], [0.9], [0.49], [0.51], [0.0]], np.float32)
+    out = augment.apply_ops(IMAGES, gates, ["xflip"], 0.5).numpy()
+    for i, flipped in enumerate([True, False, True, False, True]):
+        np.testing.assert_array_equal(out[i], IMAGES[i, :, ::-1] if flipped else IMAGES[i])
+
+
+def test_gradients_flow_through_every_op():
+    ops = list(AUGMENT_OPS)
+    u = uniforms(sum(augment.widths(ops)), seed=3)
+    u[:, 0] = 0.0
+    x = tf.Variable(IMAGES)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(augment.apply_ops(x, u, ops, 1.0) ** 2)
+    gradient = tape.gradient(loss, x).numpy()
+    assert np.isfinite(gradient).all() and np.abs(gradient).sum() > 1.0
+    # Translation by hand: d sum(shift(x)) / dx is 1 where a pixel lands inside the image.
+    v = tf.Variable(np.ones((1, 8, 8, 1), np.float32))
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(augment.translate(v, tf.constant([1]), tf.constant([-1]), False))
+    expected = np.zeros((8, 8))
+    expected[:7, 1:] = 1.0  # row 7 and column 0 fall off the edge
+    np.testing.assert_array_equal(tape.gradient(total, v).numpy()[0, :, :, 0], expected)
+
+
+def test_unpack_inverts_pack():
+    x = tf.constant(RNG.normal(size=(6, 4, 4, 3)), tf.float32)
+    np.testing.assert_array_equal(unpack(pack(x, 3), 3).numpy(), x.numpy())
+    y = tf.constant(RNG.normal(size=(6, 5)), tf.float32)
+    np.testing.assert_array_equal(unpack(pack(y, 2), 2).numpy(), y.numpy())
+
+
+# The adaptive p, by hand --------------------------------------------------------------------
+
+
+def test_adaptive_p_follows_ada_heuristic():
+    spec = AugmentConfig(("xflip",), 0.1, 0.6, 640, 2, "augment")
+    augmenter = augment.Augmenter(spec, batch_size=32, device="/CPU:0")
+    accuracies = [0.9, 0.95, 0.7, 0.75, 0.6, 0.7, float("nan"), 0.5, 0.7]
+    applied = [True, True, True, True, True, True, True, True, False]
+    p, sums, count, rts = 0.1, 0.0, 0, []
+    for accuracy, ok in zip(accuracies, applied, strict=True):
+        augmenter.observe(tf.constant(accuracy), tf.constant(ok))
+        if ok and np.isfinite(accuracy):
+            sums, count = sums + 2 * accuracy - 1, count + 1
+        if count == 2:  # every 2 counted updates: p += sign(rt - 0.6) * 32 * 2 / 640
+            rt = sums / count
+            p = min(max(p + np.sign(rt - 0.6) * 0.1, 0.0), 1.0)
+            rts.append(rt)
+            sums, count = 0.0, 0
+    # rt: 0.85 (up), 0.45 (down), 0.3 (down), then one update pending (0.5; 0.7 not applied)
+    np.testing.assert_allclose(rts, [0.85, 0.45, 0.3], atol=1e-6)
+    assert p == pytest.approx(0.0) and float(augmenter.p.numpy()) == pytest.approx(p, abs=1e-6)
+    assert float(augmenter.rt.numpy()) == pytest.approx(0.0, abs=1e-6)  # the pending mean
+    assert int(augmenter.count.numpy()) == 1
+    assert float(augmenter.sign_sum.numpy()) == pytest.approx(0.0, abs=1e-6)  # 2 * 0.5 - 1
+
+
+# Config, plan and every backend -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, key, words",
+    [
+        ({"ops": ["blur"]}, "augment.ops", "unknown op 'blur'"),
+        ({"ops": []}, "augment.ops", "non-empty"),
+        ({"p": 1.5}, "augment.p", "between 0 and 1"),
+        ({"target": 1.0}, "augment.target", "between -1 and 1"),
+        ({"speed": 0}, "augment.speed", "at least 1"),
+        ({"probability": 1}, "augment.probability", "unknown key"),
+    ],
+)
+def test_bad_augment_sections_name_their_key(value, key, words):
+    raw = {"task": "mog2d", "batch_size": 8, "stages": "alternating", "augment": value}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert error.value.key == key and words in error.value.message
+
+
+def test_a_task_without_images_refuses_augment():
+    raw = {"task": "mog2d", "batch_size": 8, "stages": "alternating", "augment": {}}
+    with pytest.raises(ConfigError) as error:
+        Trainer(parse_config(raw))
+    assert error.value.key == "augment" and "does not augment" in error.value.message
+
+
+@pytest.fixture(scope="module")
+def npz(tmp_path_factory):
+    path = tmp_path_factory.mktemp("augment") / "data.npz"
+    np.savez(path, images=RNG.integers(0, 256, (16, 28, 28, 1), np.uint8))
+    return str(path)
+
+
+def config(npz, towers=1, strategy="towers", steps=3, only=None):
+    """Three stages (a warm-up without augmentation, alternating updates with the run's
+    adaptive augmentation and R1, a joint stage with its own); `only`: just that stage."""
+    raw = raw_config(npz, towers, strategy, steps)
+    if only is not None:
+        raw["stages"] = [s for s in raw["stages"] if s["name"] == only]
+    return parse_config(raw)
+
+
+def raw_config(npz, towers, strategy, steps):
+    return {
+        "name": "aug",
+        "seed": 3,
+        "task": "unconditional",
+        "data": {"source": "npz", "path": npz, "size": 28, "channels": 1},
+        "model": {"latent_dim": 3, "width": 2, "batchnorm": False, "pack": 2},
+        "batch_size": 8,
+        "devices": {"towers": towers, "strategy": strategy},
+        "optimizers": {
+            "g": {"type": "sgd", "learning_rate": 0.05},
+            "d": {"type": "sgd", "learning_rate": 0.05},
+        },
+        "augment": {
+            "ops": list(AUGMENT_OPS),
+            "p": 0.5,
+            "target": 0.0,
+            "speed": 16,
+            "interval": 1,
+        },  # fmt: skip
+        "stages": [
+            {
+                "name": "warmup",
+                "steps": 1,
+                "augment": None,
+                "updates": [{"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}],
+            },
+            {
+                "name": "alternating",
+                "steps": steps,
+                "updates": [
+                    {
+                        "train": "discriminator/*",
+                        "loss": {"d_loss": 1, "r1": 0.5},
+                        "optimizer": "d",
+                    },
+                    {"train": "generator/*", "loss": "g_loss", "optimizer": "g"},
+                ],  # fmt: skip
+            },
+            {
+                "name": "joint",
+                "steps": 2,
+                "mode": "simultaneous",
+                "augment": {"ops": ["translation", "cutout"]},
+                "updates": [
+                    {"train": "discriminator/*", "loss": "d_loss", "optimizer": "d"},
+                    {"train": "generator/*", "loss": "g_loss", "optimizer": "g"},
+                ],
+            },
+        ],
+        "samples": None,
+        "eval": None,
+    }
+
+
+def train(trainer):
+    outputs = [trainer.step(position) for position in trainer.schedule.positions()]
+    weights = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
+    ps = [float(o.metrics["augment/p"]) if "augment/p" in o.metrics else None for o in outputs]
+    return weights, ps
+
+
+@pytest.fixture(scope="module")
+def one_device(npz):
+    trainer = Trainer(config(npz))
+    initial = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
+    return trainer, initial, *train(trainer)
+
+
+def test_stages_use_their_own_augmentation_and_plan_says_so(one_device):
+    trainer, _, _, ps = one_device
+    assert ps[0] is None  # the warm-up has augment: null
+    # target 0: D calls most reals real at first, so p rises by 8 * 1 / 16 per D update
+    assert ps[1] == pytest.approx(1.0) or ps[1] > 0.5
+    assert ps[-2:] == [1.0, 1.0]  # the joint stage's own fixed p
+    plan = describe_plan(trainer)
+    assert "augment: none in this stage" in plan
+    assert "augment (augment): color, translation" in plan and "p adaptive from 0.5" in plan
+    assert "augment (stages[2].augment): translation, cutout; p 1" in plan
+    assert set(trainer.trackables()) >= {"augment_p", "stages_2_augment_p"}
+
+
+def test_augmentation_changes_training(one_device, npz):
+    _, initial, weights, _ = one_device
+    raw = config(npz).raw
+    plain = Trainer(parse_config({**raw, "augment": None, "stages": [
+        {k: v for k, v in s.items() if k != "augment"} for s in raw["stages"]]}))  # fmt: skip
+    np.testing.assert_array_equal(plain.task.generator.get_weights()[0], initial[0])
+    plain_weights, ps = train(plain)
+    assert ps == [None] * len(ps)
+    pairs = zip(weights, plain_weights, strict=True)
+    assert max(float(np.abs(a - b).max()) for a, b in pairs) > 1e-4
+
+
+@pytest.fixture(scope="module")
+def one_device_alternating(npz):
+    trainer = Trainer(config(npz, only="alternating"))
+    initial = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
+    return trainer, initial, *train(trainer)
+
+
+@pytest.mark.parametrize("towers, strategy", [(4, "towers"), (2, "mirrored")], ids=str)
+def test_towers_and_mirrored_equal_one_device(one_device_alternating, npz, towers, strategy):
+    _, initial, weights, ps = one_device_alternating
+    assert len(set(ps)) > 1, ps  # the adaptive p moved
+    trainer = Trainer(config(npz, towers, strategy, only="alternating"))
+    other_weights, other_ps = train(trainer)
+    assert other_ps == pytest.approx(ps, abs=1e-6)
+    moved = max(float(np.abs(w - i).max()) for w, i in zip(weights, initial, strict=True))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(weights, other_weights, strict=True))
+    assert moved > 1e-3 and diff < 1e-5, (moved, diff)
