@@ -138,7 +138,8 @@ def build_parser():
         "--features",
         metavar="SPEC",
         help="features for FID/KID and completion's realism metric: shapes (the built-in "
-        "shapes classifier), inception (ImageNet weights, downloaded), inception:PATH (a "
+        "shapes classifier), selfsup (a rotation-prediction net trained on the run's own "
+        "real images, offline), inception (ImageNet weights, downloaded), inception:PATH (a "
         "local InceptionV3 weights file), or package.module:function returning a Keras model "
         "that maps images in [-1, 1] to features (default: shapes on the shapes source, "
         "else inception)",

@@ -111,8 +111,9 @@ UNTIL_KEYS += ("check_every", "min_steps")
 UNTIL_CHECK_EVERY = 100
 # Eval metrics whose direction `until: {eval: ...}` knows (the last part of the name);
 # any other needs `mode: min` or `mode: max`.
-LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl")
+LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl", "c2st", "structure")
 HIGHER_IS_BETTER = ("psnr", "ssim", "modes", "high_quality")
+HIGHER_IS_BETTER += ("precision", "recall", "density", "coverage")
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
 STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 

@@ -180,3 +180,30 @@ def test_evaluation_of_a_small_source_uses_all_its_images_and_refuses_more(tmp_p
     with pytest.raises(ConfigError) as info:
         Evaluation(small, None, count=21, count_key="eval.count").check()
     assert info.value.key == "eval.count" and "has 20" in info.value.message
+
+
+def test_patch_discriminator_scores_each_patch_and_sees_the_hole():
+    config = parse_config(
+        {
+            "name": "p",
+            "task": "completion",
+            "batch_size": 4,
+            "data": {"size": 64, "count": 16},
+            "model": {"width": 2, "dilations": [2], "discriminator_type": "patch"},
+            "augment": {"ops": ["translation"]},
+            "stages": STAGES[1:],
+        }
+    )
+    trainer = Trainer(config)
+    d = trainer.task.discriminator
+    assert d.output.shape[1:] == (16, 16, 1) and d.input.shape[-1] == 4  # RGB + mask
+    x = np.zeros((1, 64, 64, 4), np.float32)
+    hole = x.copy()
+    hole[0, :4, :4, 3] = 1.0  # the mask channel: a hole in the top-left corner only
+    changed = np.abs(d(hole).numpy() - d(x).numpy())[0, :, :, 0]
+    # Each logit sees a 30 x 30 patch: the corner's do, the far ones do not.
+    assert changed[0, 0] > 0 and changed[15, 15] == 0 and changed[8:, 8:].max() == 0
+    before = [w.copy() for w in d.get_weights()]
+    for position in trainer.schedule.positions():
+        trainer.step(position)
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(before, d.get_weights(), strict=True))

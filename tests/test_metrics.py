@@ -131,3 +131,35 @@ def test_kid_is_near_zero_for_one_distribution_and_large_for_shifted():
     same, _ = metrics.kernel_inception_distance(x, y, subsets=5, subset_size=200)
     shifted, _ = metrics.kernel_inception_distance(x, y + 2.0, subsets=5, subset_size=200)
     assert abs(same) < 0.05 < shifted
+
+
+def test_structure_features_by_hand():
+    # A vertical step edge from 0 to 1 between columns 3 and 4 of an 8x8 grey image.
+    image = np.zeros((1, 8, 8, 1))
+    image[..., 4:, 0] = 1.0
+    mask = np.zeros((1, 8, 8, 1))
+    mask[0, 2:5, 3:5] = 1.0  # a 3x2 hole on the edge; grown by a pixel: rows 1-5, cols 2-5
+    gradient, laplacian = metrics.structure_maps(image)
+    # Sobel / 8 across a unit step: (1 + 2 + 1) / 8 = 0.5 in the two columns beside it.
+    np.testing.assert_allclose(gradient[0, 3, 2:6], [0.0, 0.5, 0.5, 0.0])
+    np.testing.assert_allclose(laplacian[0, 3, 2:6], [0.0, 1.0, 1.0, 0.0])
+    features = metrics.structure_features(image, mask)
+    # The grown hole: the 3x2 core (6 pixels), 2 above and 2 below it, 3 left and 3 right
+    # of it: 16 pixels, of which 6 + 4 = 10 lie in columns 3-4 (gradient 0.5, |Laplacian|
+    # 1.0) and 6 in columns 2 and 5 (0): means 5 / 16 and 10 / 16, 90th percentiles 0.5, 1.
+    np.testing.assert_allclose(features, [[0.3125, 0.5, 0.625, 1.0]])
+
+
+def test_structure_metrics_see_blur_and_not_a_copy():
+    rng = np.random.default_rng(0)
+    truth = (rng.uniform(size=(64, 16, 16, 1)) > 0.5).astype(float)
+    mask = np.zeros((64, 16, 16, 1))
+    mask[:, 4:12, 4:12] = 1.0
+    blurred = truth.copy()
+    blurred[:, 1:-1, 1:-1] = sum(
+        truth[:, 1 + dy : 15 + dy, 1 + dx : 15 + dx] for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+    ) / 9.0
+    same = metrics.structure_metrics(truth, truth, mask)
+    blur = metrics.structure_metrics(truth, blurred, mask)
+    assert same["structure"] == pytest.approx(0.0, abs=1e-6) and same["sharpness"] == 1.0
+    assert blur["structure"] > 100 and blur["sharpness"] < 0.6

@@ -318,8 +318,8 @@ def patch_side(size):
 def patch_discriminator(task):
     """A PatchGAN (Isola et al. 2017) that also sees the hole (as DeepFill v2's SN-PatchGAN
     does): [image, mask] [S, S, C + 1] -> a map of logits [S/4, S/4, 1], one per overlapping
-    patch of about 22 x 22 pixels (two stride-2 and one stride-1 4x4 convolutions, then a 3x3
-    to one logit). The adversarial losses average over the map, so every patch is judged on
+    patch of 30 x 30 pixels (two stride-2 and one stride-1 4x4 convolutions, then a 3x3 to
+    one logit). The adversarial losses average over the map, so every patch is judged on
     its own texture: blur in a hole is what tells its patches from real ones."""
     size, channels, width = task.size, task.data["channels"], task.model["width"]
     layers, norm = keras.layers, task.model["spectral_norm"]
