@@ -156,9 +156,10 @@ def test_structure_metrics_see_blur_and_not_a_copy():
     mask = np.zeros((64, 16, 16, 1))
     mask[:, 4:12, 4:12] = 1.0
     blurred = truth.copy()
-    blurred[:, 1:-1, 1:-1] = sum(
-        truth[:, 1 + dy : 15 + dy, 1 + dx : 15 + dx] for dy in (-1, 0, 1) for dx in (-1, 0, 1)
-    ) / 9.0
+    blurred[:, 1:-1, 1:-1] = (
+        sum(truth[:, 1 + dy : 15 + dy, 1 + dx : 15 + dx] for dy in (-1, 0, 1) for dx in (-1, 0, 1))
+        / 9.0
+    )
     same = metrics.structure_metrics(truth, truth, mask)
     blur = metrics.structure_metrics(truth, blurred, mask)
     assert same["structure"] == pytest.approx(0.0, abs=1e-6) and same["sharpness"] == 1.0
