@@ -133,7 +133,7 @@ def c2st(real_images, fake_images, seed=0, folds=3, epochs=6):
 
     The sets are cut to the same size (the first min(N, M) of each); each of `folds` folds
     (as many real as fake images in each) is scored by a fresh network trained on the other
-    folds for `epochs` epochs of batches of 64, but at least `C2ST_MIN_STEPS` (30 per batch
+    folds for `epochs` epochs of batches of 64, but at least `C2ST_MIN_STEPS` (20 per batch
     of training images, when that is fewer: a handful of images needs no more) and at most
     `C2ST_MAX_STEPS` steps (about 10 s for 2,000 images of each at 32x32 on 2 CPU cores).
 
@@ -172,7 +172,7 @@ def c2st(real_images, fake_images, seed=0, folds=3, epochs=6):
     for fold, test in enumerate(fold_indices):
         train = np.concatenate([f for i, f in enumerate(fold_indices) if i != fold])
         batches = -(-len(train) // C2ST_BATCH)
-        steps = np.clip(epochs * batches, min(C2ST_MIN_STEPS, 30 * batches), C2ST_MAX_STEPS)
+        steps = np.clip(epochs * batches, min(C2ST_MIN_STEPS, 20 * batches), C2ST_MAX_STEPS)
         model = _c2st_network(sets[0].shape[-1], rng)
         _train(model, map(take, _batches(train, C2ST_BATCH, steps, rng)), _binary_loss)
         logits = np.concatenate(
@@ -241,14 +241,14 @@ def selfsup_extractor(reference_images, seed=0, steps=SELFSUP_STEPS):
         reference_images: real images [N, S, S, C] in [-1, 1] (square: rotations must keep
             the shape). Images are resized to 32x32 (area averaging).
         seed: fixes the initial weights and the batches.
-        steps: optimizer steps, each on `SELFSUP_BATCH` images at 4 rotations (at most 30
+        steps: optimizer steps, each on `SELFSUP_BATCH` images at 4 rotations (at most 20
             per batch of reference images).
 
     Returns:
         A callable images [N, S, S, C] in [-1, 1] -> features [N, 128] (a tf.Tensor).
     """
     images = _resize(reference_images).numpy()
-    steps = min(steps, 30 * -(-len(images) // SELFSUP_BATCH))  # a handful needs no more
+    steps = min(steps, 20 * -(-len(images) // SELFSUP_BATCH))  # a handful needs no more
     rng = np.random.default_rng(seed)
     model, features = _rotation_network(images.shape[-1], rng)
     batches = (

@@ -227,7 +227,7 @@ def raw_config(npz, towers, strategy, steps):
             "d": {"type": "sgd", "learning_rate": 0.05},
         },
         "augment": {
-            "ops": list(AUGMENT_OPS),
+            "ops": ["color", "translation", "xint"],
             "p": 0.5,
             "target": 0.0,
             "speed": 16,
@@ -290,7 +290,7 @@ def test_stages_use_their_own_augmentation_and_plan_says_so(one_device):
     assert ps[-2:] == [1.0, 1.0]  # the joint stage's own fixed p
     plan = describe_plan(trainer)
     assert "augment: none in this stage" in plan
-    assert "augment (augment): color, translation" in plan and "p adaptive from 0.5" in plan
+    assert "augment (augment): color, translation, xint" in plan and "p adaptive from 0.5" in plan
     assert "augment (stages[2].augment): translation, cutout; p 1" in plan
     assert set(trainer.trackables()) >= {"augment_p", "stages_2_augment_p"}
 
