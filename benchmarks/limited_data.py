@@ -27,16 +27,11 @@ One row per run, with the training time; `--keep` leaves the runs and their samp
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from common import stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
 
 VARIANTS = {
     "shipped": [],
@@ -125,17 +120,6 @@ class Judge:
         return self.read(small)
 
 
-def stagegan(*args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "stagegan", *args],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-        **kwargs,
-    )
-
-
 def one_run(args, judge, folder, count, seed, name, sets):
     run = args.out / f"{name}-n{count}-s{seed}"
     if run.exists():
@@ -151,14 +135,10 @@ def one_run(args, judge, folder, count, seed, name, sets):
     row = {"variant": name, "count": count, "seed": seed, "train_s": round(seconds, 1)}
     row.update(judge.read_samples(np.load(run / "judge.npy")))
     n = min(count, 1000)
-    try:
-        evaluated = stagegan(
-            "eval", "--run", str(run), "--json", "--features", "selfsup", "--count", str(n)
-        )
-        metrics = json.loads(evaluated.stdout)["metrics"]
-    except subprocess.CalledProcessError as e:
-        print(f"eval failed: {e.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-        metrics = {}
+    evaluated = stagegan(
+        "eval", "--run", str(run), "--json", "--features", "selfsup", "--count", str(n)
+    )
+    metrics = json.loads(evaluated)["metrics"]
     for key in ("fid", "kid", "precision", "recall", "density", "coverage", "c2st"):
         row[key] = metrics.get(key)
     return row

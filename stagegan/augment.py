@@ -32,8 +32,8 @@ Adaptive `p` (ADA's heuristic): r_t = E[sign(D(real))] over the discriminator up
 last adjustment, computed from the logged `d_real_accuracy` (r_t = 2 accuracy - 1, the share of
 reals called real minus the share called fake, at the loss's decision threshold); every
 `interval` updates `p` moves by `sign(r_t - target) * batch * interval / speed`, within [0, 1].
-`p`, the running sums and the last r_t are variables, updated inside the compiled step and
-checkpointed, so a resumed run continues exactly.
+`p`, the running sums and r_t (their running mean, logged with a fixed p too) are variables,
+updated inside the compiled step and checkpointed, so a resumed run continues exactly.
 """
 
 import math
@@ -41,6 +41,7 @@ import math
 import tensorflow as tf
 
 from stagegan.config import AUGMENT_OPS
+from stagegan.variables import slug
 
 TRANSLATION_RATIO = 0.125  # DiffAugment's and ADA's xint_max
 CUTOUT_RATIO = 0.5
@@ -66,7 +67,7 @@ class Augmenter:
     def __init__(self, config, batch_size, device):
         self.config = config
         self.batch_size = batch_size
-        self.name = config.key.replace("[", "_").replace("].", "_").replace(".", "_")
+        self.name = slug(config.key)  # `stages[2].augment` -> `stages_2_augment`
         with tf.device(device):
             self.p = tf.Variable(float(config.p), trainable=False, name=f"{self.name}_p")
             self.rt = tf.Variable(float("nan"), trainable=False, name=f"{self.name}_rt")

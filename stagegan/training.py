@@ -99,12 +99,16 @@ class Trainer:
                 replicas,
                 self.global_step,
                 after_step,
-                augmenter=self.augmenters.get(stage.augment.key) if stage.augment else None,
+                augmenter=self.augmenter_of(stage),
             )
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
         ]
         self.guard = Guard(config.guard, self.placement.labels)
         self.checkpoint = tf.train.Checkpoint(**self.trackables())
+
+    def augmenter_of(self, stage):
+        """The `augment.Augmenter` of a stage's `augment:` section, or None."""
+        return None if stage.augment is None else self.augmenters[stage.augment.key]
 
     def stage_inputs(self, stage):
         """A stage's `(draw_batch, compute_terms)`: the task's batch and losses, with the
@@ -118,7 +122,7 @@ class Trainer:
         """
         batch, losses = converted(self.task.batch), converted(self.task.losses)
         size, task = self.config.batch_size, self.task
-        augmenter = self.augmenters.get(stage.augment.key) if stage.augment else None
+        augmenter = self.augmenter_of(stage)
         if augmenter is None:
             return (lambda: batch(size)), losses
 

@@ -268,10 +268,14 @@ def raw_config(npz, towers, strategy, steps):
     }
 
 
-def train(trainer):
+def train(trainer, accuracies=None):
+    """Every step of the run; `(weights, p after each step)`. With `accuracies` (a list),
+    each step's discriminator `d_real_accuracy` is appended to it."""
     outputs = [trainer.step(position) for position in trainer.schedule.positions()]
     weights = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
     ps = [float(o.metrics["augment/p"]) if "augment/p" in o.metrics else None for o in outputs]
+    if accuracies is not None:
+        accuracies += [float(o.metrics["discriminator/d_real_accuracy"]) for o in outputs]
     return weights, ps
 
 
@@ -279,14 +283,21 @@ def train(trainer):
 def one_device(npz):
     trainer = Trainer(config(npz))
     initial = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
-    return trainer, initial, *train(trainer)
+    accuracies = []
+    weights, ps = train(trainer, accuracies)
+    return trainer, initial, weights, ps, accuracies
 
 
 def test_stages_use_their_own_augmentation_and_plan_says_so(one_device):
-    trainer, _, _, ps = one_device
+    trainer, _, _, ps, accuracies = one_device
     assert ps[0] is None  # the warm-up has augment: null
-    # target 0: D calls most reals real at first, so p rises by 8 * 1 / 16 per D update
-    assert ps[1] == pytest.approx(1.0) or ps[1] > 0.5
+    # The alternating stage (3 steps, one D update each): interval 1, target 0, speed 16,
+    # batch 8, so after each D update p += sign(2 * d_real_accuracy - 1) * 8 / 16 in [0, 1].
+    p, expected = 0.5, []
+    for accuracy in accuracies[1:4]:
+        p = min(max(p + np.sign(2 * accuracy - 1) * 0.5, 0.0), 1.0)
+        expected.append(p)
+    assert ps[1:4] == pytest.approx(expected, abs=1e-6)
     assert ps[-2:] == [1.0, 1.0]  # the joint stage's own fixed p
     plan = describe_plan(trainer)
     assert "augment: none in this stage" in plan
@@ -296,7 +307,7 @@ def test_stages_use_their_own_augmentation_and_plan_says_so(one_device):
 
 
 def test_augmentation_changes_training(one_device, npz):
-    _, initial, weights, _ = one_device
+    _, initial, weights, _, _ = one_device
     raw = config(npz).raw
     plain = Trainer(parse_config({**raw, "augment": None, "stages": [
         {k: v for k, v in s.items() if k != "augment"} for s in raw["stages"]]}))  # fmt: skip

@@ -122,22 +122,24 @@ class Completion(ImageTask):
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
 
-    def score(self, images, offsets, batch=None, side="real"):
-        """The discriminator's float32 logits for whole images and their crops at `offsets`;
-        with `batch`, the images go through the stage's augmentation first (`augment:`, with
-        the batch's random numbers of `side`), and the crops are taken from them."""
-        if batch is not None:
-            images = self.augment(images, batch, side)
+    def score(self, images, batch, side="real"):
+        """The discriminator's float32 logits for `images` of one shard `batch`: the images go
+        through the stage's augmentation first (`augment:`, with the batch's random numbers
+        of `side`); the GLCIC discriminator also sees their crops at the batch's
+        `crop_offset`, the patch discriminator the batch's holes."""
+        images = self.augment(images, batch, side)
         if self.model["discriminator_type"] == "patch":
-            mask = batch["mask"] if batch is not None else tf.zeros_like(images[..., :1])
-            return float32(self.discriminator(tf.concat([images, mask], -1), training=True))
-        return float32(self.discriminator([images, self.crops(images, offsets)], training=True))
+            return float32(
+                self.discriminator(tf.concat([images, batch["mask"]], -1), training=True)
+            )
+        crops = self.crops(images, batch["crop_offset"])
+        return float32(self.discriminator([images, crops], training=True))
 
     def losses(self, batch, terms):
-        x, mask, offsets = batch["x"], batch["mask"], batch["crop_offset"]
+        x, mask = batch["x"], batch["mask"]
         out = {}
         if "r1" in terms:
-            out["r1"] = losses.r1_penalty(lambda images: self.score(images, offsets, batch), x)
+            out["r1"] = losses.r1_penalty(lambda images: self.score(images, batch), x)
         if not set(terms) - {"r1"}:
             return out  # a lazy R1 update needs no completion
         raw, completed = self.complete(x, mask, training=True)
@@ -147,12 +149,12 @@ class Completion(ImageTask):
         if "reconstruction_l1" in terms:
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
         if "d_adversarial" in terms:
-            real_logits = self.score(x, offsets, batch)
-            fake_logits = self.score(tf.stop_gradient(completed), offsets, batch, "fake")
+            real_logits = self.score(x, batch)
+            fake_logits = self.score(tf.stop_gradient(completed), batch, "fake")
             out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
             out.update(self.d_accuracy(real_logits, fake_logits, terms))
         if "g_adversarial" in terms:
-            out["g_adversarial"] = self.g_loss(self.score(completed, offsets, batch, "fake"))
+            out["g_adversarial"] = self.g_loss(self.score(completed, batch, "fake"))
         return out
 
     def sample(self, inputs):
