@@ -31,7 +31,15 @@ import os
 import sys
 from pathlib import Path
 
-from stagegan.config import RunConfig, apply_overrides, find_yaml, parse_config, read_yaml
+from stagegan.config import (
+    RunConfig,
+    apply_overrides,
+    check_nesting,
+    check_seed,
+    find_yaml,
+    parse_config,
+    read_yaml,
+)
 from stagegan.errors import ConfigError
 from stagegan.logs import read_metrics
 from stagegan.runs import checkpoint_entries, run_config
@@ -59,17 +67,39 @@ def train(
         quiet: no log lines (else they go to stdout, as the CLI prints them).
 
     Raises:
-        stagegan.Error: bad input (nothing is written), or a file that cannot be written.
+        stagegan.Error: bad input, an argument of the wrong type included (nothing is
+            written), or a file that cannot be written.
         stagegan.RunStopped: the NaN guard or a signal stopped the run.
     """
     from stagegan import runner  # TensorFlow: imported on first use
 
-    only = [init_only] if isinstance(init_only, str) else init_only
-    init = {"run": init_from, "checkpoint": init_checkpoint, "only": only}
-    extra = [("init", init)] if init_from is not None else []
+    _check_type(run_dir, (str, os.PathLike, type(None)), "run_dir", "a folder path or None")
+    _check_type(quiet, bool, "quiet", "True or False")
+    init = _init(init_from, init_checkpoint, init_only)
+    extra = [("init", init)] if init is not None else []
     resolved = load(config, [*_overrides(overrides), *extra])
     with _logging(quiet):
         return Run(runner.start(resolved, run_dir), quiet=quiet)
+
+
+def _init(init_from, checkpoint, only):
+    """The `init:` section of a warm start from the API's arguments (None: a cold start)."""
+    _check_type(init_from, (str, os.PathLike, type(None)), "init_from", "a run folder or None")
+    _check_type(checkpoint, (int, type(None)), "init_checkpoint", "a global step or None")
+    only = [only] if isinstance(only, str) else only
+    if only is not None and (
+        not isinstance(only, (list, tuple)) or not all(isinstance(p, str) for p in only)
+    ):
+        raise ConfigError(
+            "init_only", f"must be a pattern or a list of patterns. Received: {only!r}"
+        )
+    if init_from is None:
+        for key, value in (("init_checkpoint", checkpoint), ("init_only", only)):
+            if value is not None:
+                raise ConfigError(key, "only with init_from (the run to start from)")
+        return None
+    only = None if only is None else list(only)
+    return {"run": os.fspath(init_from), "checkpoint": checkpoint, "only": only}
 
 
 def load_run(path):
@@ -78,20 +108,30 @@ def load_run(path):
 
 
 def plan(config=None, overrides=()):
-    """What `stagegan plan` prints: every stage, update, variable count, dropped gradient."""
+    """What `stagegan plan` prints: every stage, update, variable count, dropped gradient;
+    with a warning line under a stage whose `until` can never be checked."""
     from stagegan import runner
 
-    return runner.describe(load(config, _overrides(overrides)))
+    return runner.describe(load(config, overrides))
 
 
 def load(config=None, overrides=()):
-    """A validated `RunConfig` from a preset name, a YAML path, a dict or a `RunConfig`."""
+    """A validated `RunConfig` from a preset name, a YAML path, a dict or a `RunConfig`,
+    with `overrides` (`key.path=value` strings, or `{key path: value}`) applied.
+
+    Raises:
+        stagegan.ConfigError: bad input, or an argument of the wrong type (naming it).
+    """
+    overrides = _overrides(overrides)
     if isinstance(config, RunConfig):
         raw = config.raw
     elif isinstance(config, dict):
+        check_nesting(config, "config")
         raw = register_objects(config)
     else:
-        name = "default" if config is None else str(config)
+        what = "a preset name, a YAML path, a dict, a RunConfig or None"
+        _check_type(config, (str, os.PathLike, type(None)), "config", what)
+        name = "default" if config is None else os.fspath(config)
         found = find_yaml("configs", name)
         if found is None:
             raise ConfigError("config", f"no such file or preset: {name!r}")
@@ -113,6 +153,8 @@ class Run:
     """
 
     def __init__(self, path, quiet=False):
+        _check_type(path, (str, os.PathLike), "path", "a run folder path")
+        _check_type(quiet, bool, "quiet", "True or False")
         self.path = Path(path)
         self.quiet = quiet  # what `resume` does unless told
         run_config(self.path, "run")  # a readable run folder, or stagegan.Error
@@ -141,7 +183,12 @@ class Run:
         from stagegan import runner
 
         _at_least(n, 1, "n")
+        check_seed(seed, "seed")
+        _check_checkpoint(checkpoint)
+        _check_type(ema, bool, "ema", "True or False")
         _at_least(batch_size, 1, "batch_size")
+        what = "a class name, a class index or None"
+        _check_type(class_name, (str, int, type(None)), "class_name", what)
         return runner.sample(self.path, n, seed, checkpoint, ema, batch_size, class_name)
 
     def evaluate(
@@ -151,6 +198,12 @@ class Run:
         from stagegan import runner
 
         _at_least(count, 4, "count")
+        if seed is not None:
+            check_seed(seed, "seed")
+        _check_checkpoint(checkpoint)
+        what = "a feature extractor name or 'package.module:function', or None"
+        _check_type(features, (str, type(None)), "features", what)
+        _check_type(ema, bool, "ema", "True or False")
         _at_least(batch_size, 1, "batch_size")
         return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
 
@@ -165,8 +218,11 @@ class Run:
         extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""
         from stagegan import runner
 
+        overrides = _overrides(overrides)
+        _check_checkpoint(checkpoint)
+        _check_type(quiet, (bool, type(None)), "quiet", "True, False or None")
         with _logging(self.quiet if quiet is None else quiet):
-            runner.resume(self.path, _overrides(overrides), checkpoint)
+            runner.resume(self.path, overrides, checkpoint)
         return self
 
 
@@ -178,13 +234,49 @@ def _at_least(value, least, key):
         raise ConfigError(key, f"must be at least {least}. Received: {value}")
 
 
+def _check_type(value, types, key, what):
+    """Refuse an argument that is not one of `types` (a bool is no int), naming it."""
+    types = types if isinstance(types, tuple) else (types,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        raise ConfigError(key, f"must be {what}. Received: {value!r}")
+    return value
+
+
+def _check_checkpoint(checkpoint):
+    """None (the newest), a global step, or a checkpoint's path."""
+    what = "a global step, a checkpoint path or None"
+    _check_type(checkpoint, (int, str, os.PathLike, type(None)), "checkpoint", what)
+    _at_least(checkpoint if isinstance(checkpoint, int) else None, 0, "checkpoint")
+
+
 def _overrides(overrides):
-    """`key=value` strings stay; a dict becomes `(key, value)` pairs (callables registered)."""
-    if isinstance(overrides, dict):
-        return [(key, register_objects(value)) for key, value in overrides.items()]
+    """`key=value` strings stay; a dict, or `(key, value)` pairs, become `(key, value)` pairs
+    (callables registered); anything else is a ConfigError naming `overrides`."""
     if isinstance(overrides, str):
         return [overrides]
-    return list(overrides)
+    if isinstance(overrides, dict):
+        overrides = list(overrides.items())
+    elif not isinstance(overrides, (list, tuple)):
+        raise ConfigError(
+            "overrides",
+            "must be a dict {key path: value}, a 'key.path=value' string or a list of them. "
+            f"Received: {overrides!r}",
+        )
+    result = []
+    for item in overrides:
+        if isinstance(item, str):
+            result.append(item)
+            continue
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise ConfigError(
+                "overrides",
+                "each must be a 'key.path=value' string, or a key path (a string) with its "
+                f"value. Received: {item!r}",
+            )
+        key, value = item
+        check_nesting(value, key)
+        result.append((key, register_objects(value)))
+    return result
 
 
 @contextlib.contextmanager

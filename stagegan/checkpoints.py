@@ -55,6 +55,41 @@ class CheckpointStore:
         with open(path, encoding="utf-8") as f:
             return json.load(f)["checkpoints"]
 
+    def index_problem(self, entries):
+        """What is wrong with the shape of an index's `entries` (as `entries()` read them),
+        or None: each entry needs an integer `step`, a `prefix` naming a file of this folder,
+        a list of string `tags`, and `files` a mapping of names to sizes (or absent)."""
+        if not isinstance(entries, list):
+            return "`checkpoints` is not a list"
+        steps = []
+        for i, entry in enumerate(entries):
+            where = f"entry {i + 1}"
+            if not isinstance(entry, dict):
+                return f"{where} is not a mapping"
+            for field in ("step", "prefix", "tags"):
+                if field not in entry:
+                    return f"{where} has no {field!r}"
+            step, prefix, tags = entry["step"], entry["prefix"], entry["tags"]
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                return f"{where}: step {step!r} is not a global step"
+            if not isinstance(prefix, str) or not re.fullmatch(r"ckpt-\d+", prefix):
+                return f"{where}: prefix {prefix!r} is not a checkpoint of this folder"
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                return f"{where}: tags {tags!r} are not a list of names"
+            files = entry.get("files")
+            if files is not None and not (
+                isinstance(files, dict)
+                and all(
+                    isinstance(k, str) and "/" not in k and isinstance(v, int)
+                    for k, v in files.items()
+                )
+            ):
+                return f"{where}: files {files!r} are not file sizes"
+            steps.append(step)
+        if steps != sorted(set(steps)):
+            return "the steps are not in increasing order"
+        return None
+
     def path_of(self, entry):
         return str(self.directory / entry["prefix"])
 
@@ -156,6 +191,17 @@ class CheckpointStore:
                 path.unlink()
             removed.append(path.name)
         return removed
+
+    def untag(self, tag):
+        """Take `tag` off every listed checkpoint (`final`, when a finished run is extended:
+        its end has moved). Returns the prefixes that had it."""
+        entries = self.entries()
+        had = [e["prefix"] for e in entries if tag in e["tags"]]
+        if had:
+            for entry in entries:
+                entry["tags"] = [t for t in entry["tags"] if t != tag]
+            self._write_index(entries)
+        return had
 
     def supersede(self, step):
         """Unlist the checkpoints after global step `step` (a run resumed from an earlier one

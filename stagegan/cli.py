@@ -11,8 +11,8 @@ import os
 import sys
 
 from stagegan import prepare
-from stagegan.config import check_batch_divides, load_config
-from stagegan.errors import ConfigError, RunStopped, WriteError
+from stagegan.config import check_batch_divides, check_seed, load_config
+from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError
 
 
 def build_parser():
@@ -334,6 +334,7 @@ def cmd_sample(args):
 
     if args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
+    check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
@@ -360,6 +361,8 @@ def cmd_eval(args):
 
     if args.count is not None and args.count < 4:
         raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
+    if args.seed is not None:
+        check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
@@ -392,8 +395,12 @@ def cmd_prepare(args):
     import_tensorflow()
     # Unreadable files are warned of on stderr, beside the progress: stdout is the block.
     logs_to_stderr()
-    with prepare.ConsoleProgress(sys.stderr) as progress:
-        result = prepare.prepare(**arguments, labels=args.labels, progress=progress)
+    try:
+        with prepare.ConsoleProgress(sys.stderr) as progress:
+            result = prepare.prepare(**arguments, labels=args.labels, progress=progress)
+    except Interrupted as e:  # SIGTERM: one line, then its exit status (143)
+        print(f"stagegan: {e.message}", file=sys.stderr)
+        raise
     print(prepare.describe(result))
     return 0
 

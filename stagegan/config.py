@@ -51,6 +51,7 @@ OPTIMIZER_TYPES = {
 }
 # The optimizer an update gets when it names none: private to that update (DCGAN's settings).
 DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
+MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
 
 TOP_LEVEL_DEFAULTS = {
     "name": "run",
@@ -417,51 +418,171 @@ class RunConfig:
         return sum(stage.steps for stage in self.stages)
 
     def to_yaml(self):
-        return yaml.safe_dump(self.raw, sort_keys=False, default_flow_style=None)
+        return yaml_dump(self.raw)
 
 
 # Loading ------------------------------------------------------------------------------------
 
 
+# Limits on what a YAML file or `--set` value may hold. Configs are a few KiB and nest a few
+# levels; past these, parsing would not end (an alias bomb: 10**9 values from 600 bytes, once
+# walked), overflow the stack (the composer and every walk of a config recurse) or fill memory.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 100
+MAX_YAML_ALIASES = 2000
+MAX_YAML_ALIAS_VALUES = 100_000  # values that aliases add, each counted expanded
+
+
+class YamlLimit(yaml.YAMLError):
+    """A YAML document over one of the limits above: `problem` says which, `problem_mark` where."""
+
+    def __init__(self, problem, mark):
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e-4` as a float (YAML 1.1 needs `1.0e-4`)."""
+    """SafeLoader that also reads `1e-4` as a float (YAML 1.1 needs `1.0e-4`), and refuses a
+    document over the limits above while composing it, before anything is expanded."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        self._alias_values = 0
+        self._expanded = {}  # id(node) -> (values, depth) of a node, aliases expanded
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._count_alias(event, node)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YamlLimit(
+                    f"YAML nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _count_alias(self, event, node):
+        mark = event.start_mark
+        if node.end_mark is None:  # its collection is still open: the alias is inside it
+            raise YamlLimit(f"YAML alias *{event.anchor} is used inside its own anchor", mark)
+        self._aliases += 1
+        if self._aliases > MAX_YAML_ALIASES:
+            raise YamlLimit(f"more than {MAX_YAML_ALIASES} YAML aliases", mark)
+        values, depth = self._size(node)
+        self._alias_values += values
+        if self._alias_values > MAX_YAML_ALIAS_VALUES:
+            raise YamlLimit(
+                f"YAML aliases expand to more than {MAX_YAML_ALIAS_VALUES:,} values "
+                "(an alias bomb?)",
+                mark,
+            )
+        if self._depth + depth > MAX_YAML_DEPTH:
+            raise YamlLimit(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", mark)
+
+    def construct_object(self, node, deep=False):
+        # A value that matches a YAML type but that Python refuses (an integer of 5,000
+        # digits, month 13 of a date) is broken YAML at that node, not a crash.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as e:
+            problem = str(e).split(";")[0]  # not Python's advice on sys.set_int_max_str_digits
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+    def _size(self, node):
+        """`(values, depth)` of a finished node with its aliases expanded; memoised, so that
+        a chain of aliases costs one visit per node, not one per expanded value."""
+        known = self._expanded.get(id(node))
+        if known is not None:
+            return known
+        children = []
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        sizes = [self._size(child) for child in children]
+        known = (1 + sum(v for v, _ in sizes), 1 + max((d for _, d in sizes), default=0))
+        self._expanded[id(node)] = known
+        return known
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
+class ConfigDumper(yaml.SafeDumper):
+    """SafeDumper that quotes what `_Loader` would read back as another type (the string
+    `1e-4`), so a saved config loads as it was."""
+
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
 )
+for _cls in (_Loader, ConfigDumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 
 
 def yaml_load(text):
-    """Parse YAML text with stagegan's loader."""
+    """Parse YAML text with stagegan's loader.
+
+    Raises:
+        yaml.YAMLError: broken YAML; `YamlLimit` for a document over the limits (aliases,
+            nesting; the caller checks the size).
+    """
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
+def yaml_dump(value):
+    """YAML text of a config (or part of one) that `yaml_load` reads back as it is."""
+    return yaml.dump(value, Dumper=ConfigDumper, sort_keys=False, default_flow_style=None)
+
+
+def describe_yaml_error(error, source):
+    """One line for a `yaml.YAMLError` from `yaml_load` of `source` (a file, `--set value`)."""
+    if isinstance(error, yaml.reader.ReaderError):
+        return (
+            f"{source} is not YAML text: character #x{error.character:04x} at offset "
+            f"{error.position} is not allowed"
+        )
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or "invalid YAML"
+    if isinstance(error, YamlLimit):
+        return f"{source} is refused{where}: {problem}"
+    return f"broken YAML in {source}{where}: {problem}"
+
+
 def read_yaml(path, key):
-    """Read a YAML file into a mapping; any problem is a ConfigError naming `key` and the file."""
+    """Read a YAML file into a mapping; any problem (a missing, unreadable, binary or
+    over-large file, broken YAML, a document over the limits) is a ConfigError naming `key`
+    and the file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml_load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)  # never more: a huge file, a device
     except FileNotFoundError:
         raise ConfigError(key, f"file not found: {path}") from None
     except OSError as e:
         raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError(key, f"{path} is larger than {MAX_YAML_BYTES >> 20} MiB, the limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            key, f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+    try:
+        data = yaml_load(text)
     except yaml.YAMLError as e:
-        where = ""
-        mark = getattr(e, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(e, "problem", None) or "invalid YAML"
-        raise ConfigError(key, f"broken YAML in {path}{where}: {problem}") from None
+        raise ConfigError(key, describe_yaml_error(e, path)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -525,7 +646,7 @@ def parse_config(raw):
     # That it divides across the replicas is checked with the devices (`placement`).
     batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
     named = {
-        key: _parse_optimizer(spec, f"optimizers.{key}")
+        key: _parse_optimizer(spec, format_key_path(("optimizers", key)))
         for key, spec in resolved["optimizers"].items()
     }
     augment = _parse_augment(resolved["augment"], "augment")
@@ -552,7 +673,7 @@ def parse_config(raw):
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
     return RunConfig(
         name=name,
-        seed=_integer(resolved["seed"], "seed", minimum=0),
+        seed=check_seed(resolved["seed"], "seed"),
         deterministic=_boolean(resolved["deterministic"], "deterministic"),
         task=task,
         data=_mapping(resolved["data"], "data"),
@@ -600,30 +721,56 @@ def check_batch_divides(batch_size, replicas):
 
 # Overrides ----------------------------------------------------------------------------------
 
-_INDEX = re.compile(r"\[(\d+|\+)\]")
+_INDEX = re.compile(r"\[(-?\d+|\+)\]")
 APPEND = "+"  # `stages[+]=...`: append to a list
 
 
 def parse_key_path(path):
-    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']; `stages[+]` ->
-    ['stages', '+'] (append; only as the last part)."""
+    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']; `stages[-1]` ->
+    ['stages', -1] (the last); `stages[+]` -> ['stages', '+'] (append; only as the last part)."""
+    if not path.isprintable():
+        raise ConfigError("--set", f"malformed key path {path!r}")
     parts = []
     for piece in _INDEX.sub(r".\1", path).split("."):
         if piece == "":
             raise ConfigError("--set", f"malformed key path {path!r}")
-        parts.append(int(piece) if piece.isdigit() else piece)
+        parts.append(int(piece) if re.fullmatch(r"-?\d+", piece) else piece)
     if APPEND in parts[:-1]:
         raise ConfigError(path, "--set: [+] (append) may only end a key path")
     return parts
 
 
 def unshare(value):
-    """A deep copy in which no mapping or list appears twice (YAML aliases become copies)."""
+    """A deep copy in which no mapping or list appears twice (YAML aliases become copies),
+    and tuples (YAML's `!!pairs`, `!!omap`) are lists, as a saved config reads them back."""
     if isinstance(value, dict):
         return {key: unshare(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [unshare(item) for item in value]
     return copy.deepcopy(value)
+
+
+def check_nesting(value, key):
+    """Refuse a config value given as a Python object (the API) that YAML could not give: one
+    nested deeper than `MAX_YAML_DEPTH`, holding itself, or holding more than a million values
+    once shared parts are counted each time (every walk of a config recurses, and copies)."""
+    stack, count = [(value, ())], 0
+    while stack:
+        item, ancestors = stack.pop()
+        count += 1
+        if count > 1_000_000:
+            raise ConfigError(key, "holds more than 1,000,000 values")
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        if id(item) in ancestors:
+            raise ConfigError(key, f"holds itself (a {type(item).__name__} inside itself)")
+        if len(ancestors) >= MAX_YAML_DEPTH:
+            raise ConfigError(key, f"is nested deeper than {MAX_YAML_DEPTH} levels")
+        stack.extend((child, (*ancestors, id(item))) for child in children)
 
 
 def _check_finite(value, parts=()):
@@ -640,9 +787,17 @@ def _check_finite(value, parts=()):
 
 
 def format_key_path(parts):
+    """`['stages', 1, 'steps']` -> `stages[1].steps`. A name that is empty or not printable
+    is shown quoted (`data.'a\\nb'`), so that an error naming it stays one line."""
     text = ""
     for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+        if (isinstance(part, int) and not isinstance(part, bool)) or part == APPEND:
+            text += f"[{part}]"
+            continue
+        name = str(part)
+        if not name or not name.isprintable() or name != name.strip():
+            name = repr(part)
+        text += f".{name}" if text else name
     return text
 
 
@@ -653,27 +808,26 @@ def apply_overrides(raw, overrides):
     reads that file first, so `--set stages[2].steps=100` works with `stages: glcic`, and
     `--set optimizers.d.learning_rate=1e-4` reaches the file's named optimizers. YAML anchors
     are unshared first, so setting one use of an aliased mapping changes that use only.
-    `[+]` at the end of a path appends to a list: `--set 'stages[+]={name: more, ...}'`.
+    `[+]` at the end of a path appends to a list: `--set 'stages[+]={name: more, ...}'`;
+    `[-1]` is a list's last item.
     """
     raw = unshare(raw)
     for item in overrides:
         if isinstance(item, tuple):  # (key path, value): the Python API's, value as it is
             path_text, value = item
             parts = parse_key_path(path_text)
+            value = unshare(value)
         else:
             path_text, parts, value = _parse_override(item)
         if parts[0] in ("stages", "optimizers") and len(parts) > 1:
             _inline_stage_file(raw, parts[0])
         node = _override_parent(raw, parts, path_text)
         last = parts[-1]
-        if last == APPEND:
-            if not isinstance(node, list):
-                raise ConfigError(path_text, "--set: [+] appends to a list, and this is not one")
-            node.append(value)
-            continue
-        if isinstance(last, int):
-            if not isinstance(node, list) or last >= len(node):
-                raise ConfigError(path_text, "--set: no such list item")
+        if last == APPEND or isinstance(last, int):
+            _check_index(node, parts, len(parts) - 1)
+            if last == APPEND:
+                node.append(value)
+                continue
         elif not isinstance(node, dict):
             raise ConfigError(path_text, "--set: parent is not a mapping")
         node[last] = value
@@ -685,12 +839,17 @@ def _parse_override(item):
     if "=" not in item:
         raise ConfigError("--set", f"expected key.path=value, got {item!r}")
     path_text, value_text = item.split("=", 1)
-    parts = parse_key_path(path_text.strip())
+    path_text = path_text.strip()
+    parts = parse_key_path(path_text)
+    if len(value_text) > MAX_YAML_BYTES:
+        raise ConfigError(path_text, f"--set value is longer than {MAX_YAML_BYTES >> 20} MiB")
     try:
         value = yaml_load(value_text)
+    except YamlLimit as e:
+        raise ConfigError(path_text, describe_yaml_error(e, "--set value")) from None
     except yaml.YAMLError:
         raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
-    return path_text, parts, value
+    return path_text, parts, unshare(value)
 
 
 def _inline_stage_file(raw, section):
@@ -701,29 +860,50 @@ def _inline_stage_file(raw, section):
     stages, file_optimizers = _read_stage_file(raw["stages"])
     if section == "stages":
         raw["stages"] = unshare(stages)
-    raw["optimizers"] = {**unshare(file_optimizers), **(raw.get("optimizers") or {})}
+    given = _mapping(raw.get("optimizers") or {}, "optimizers")
+    raw["optimizers"] = {**unshare(file_optimizers), **given}
 
 
 def _override_parent(raw, parts, path_text):
     """The mapping or list that an override's last key path part is set in."""
     node = raw
     for depth, part in enumerate(parts[:-1]):
-        where = format_key_path(parts[: depth + 1])
         if isinstance(part, int):
-            if not isinstance(node, list) or part >= len(node):
-                raise ConfigError(where, f"--set: no such list item in {path_text!r}")
+            _check_index(node, parts, depth)
             node = node[part]
             continue
+        where = format_key_path(parts[: depth + 1])
         if not isinstance(node, dict):
             raise ConfigError(where, f"--set: {format_key_path(parts[:depth])} is not a mapping")
         section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
         if (section is None or isinstance(section, dict)) and node.get(part) is None:
             # An absent or null section starts from its defaults (`ema`: none, so {}).
             node[part] = copy.deepcopy(section or {})
+        following = parts[depth + 1]
+        if node.get(part) is None and (following == APPEND or isinstance(following, int)):
+            _check_index(None, parts, depth + 1)  # `stages[0]` with no stages
         if part not in node:
             raise ConfigError(where, "--set: unknown key")
         node = node[part]
     return node
+
+
+def _check_index(node, parts, depth):
+    """Refuse an override whose `parts[depth]` (an index, or `+` to append) cannot apply to
+    `node`, naming the key path up to it and saying why: no such list, not a list, out of
+    range."""
+    where, parent = format_key_path(parts[: depth + 1]), format_key_path(parts[:depth])
+    index = parts[depth]
+    if node is None:
+        what = "to append to" if index == APPEND else "to index"
+        raise ConfigError(where, f"--set: the config has no {parent} list {what}")
+    if not isinstance(node, list):
+        raise ConfigError(where, f"--set: {parent} is not a list. Received: {node!r}")
+    if index != APPEND and not -len(node) <= index < len(node):
+        items = f"has {len(node)} items ({parent}[0] to {parent}[{len(node) - 1}])"
+        raise ConfigError(
+            where, f"--set: index out of range: {parent} {items if node else 'is empty'}"
+        )
 
 
 # Pieces -------------------------------------------------------------------------------------
@@ -832,7 +1012,7 @@ def _parse_samples(resolved):
     return SamplesConfig(
         every=_integer(value["every"], "samples.every", minimum=0),
         count=None if value["count"] is None else _integer(value["count"], "samples.count", 1),
-        seed=resolved["seed"] if seed is None else _integer(seed, "samples.seed", minimum=0),
+        seed=resolved["seed"] if seed is None else check_seed(seed, "samples.seed"),
         ema=_boolean(value["ema"], "samples.ema"),
     )
 
@@ -901,7 +1081,7 @@ def _parse_optimizer(spec, key):
     options = {k: v for k, v in spec.items() if k != "type"}
     for name, value in options.items():
         if not isinstance(name, str) or not name.isidentifier():
-            raise ConfigError(f"{key}.{name}", "not a valid option name")
+            raise ConfigError(format_key_path((key, name)), "not a valid option name")
         if name == "learning_rate" and isinstance(value, dict):
             options[name] = _parse_schedule(value, f"{key}.learning_rate")
         elif isinstance(value, (dict, list)):
@@ -925,7 +1105,7 @@ SCHEDULE_KEYS = {
 def _parse_schedule(value, key):
     """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`."""
     kind = value.get("schedule")
-    if kind not in SCHEDULE_KEYS:
+    if not isinstance(kind, str) or kind not in SCHEDULE_KEYS:
         where = f"{key}.schedule"
         if kind is None:
             known = ", ".join(SCHEDULE_KEYS)
@@ -967,7 +1147,7 @@ def _parse_augment(value, key):
     if not isinstance(ops, list) or not ops:
         raise ConfigError(f"{key}.ops", f"must be a non-empty list of ops. Received: {ops!r}")
     for op in ops:
-        if op not in AUGMENT_OPS:
+        if not isinstance(op, str) or op not in AUGMENT_OPS:
             raise ConfigError(f"{key}.ops", f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
     if len(set(ops)) != len(ops):
         raise ConfigError(f"{key}.ops", f"names an op twice. Received: {ops!r}")
@@ -1125,8 +1305,12 @@ def _parse_update(value, key, mode, named, optimizers, shared):
     loss = _mapping(loss, f"{key}.loss")
     if not loss:
         raise ConfigError(f"{key}.loss", "must name at least one loss term")
+    for term in loss:
+        if not isinstance(term, str) or not term:
+            raise ConfigError(f"{key}.loss", f"loss term names must be strings. Received: {term!r}")
     weights = tuple(
-        (str(term), _number(weight, f"{key}.loss.{term}")) for term, weight in loss.items()
+        (term, _number(weight, format_key_path((key, "loss", term))))
+        for term, weight in loss.items()
     )
     repeat = _integer(update.get("repeat", 1), f"{key}.repeat", minimum=1)
     every = _integer(update.get("every", 1), f"{key}.every", minimum=1)
@@ -1165,7 +1349,7 @@ def _parse_update(value, key, mode, named, optimizers, shared):
 def _check_keys(mapping, allowed, key):
     for name in mapping:
         if name not in allowed:
-            where = f"{key}.{name}" if key else str(name)
+            where = format_key_path((key, name) if key else (name,))
             raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
 
 
@@ -1187,6 +1371,15 @@ def _boolean(value, key):
     return value
 
 
+def check_seed(value, key):
+    """A seed: an integer in 0..2**32 - 1 (Keras seeds NumPy, which takes no more); else a
+    ConfigError naming `key` (a config key, or a flag such as `--seed`)."""
+    value = _integer(value, key, minimum=0)
+    if value > MAX_SEED:
+        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {value}")
+    return value
+
+
 def _integer(value, key, minimum=None):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(key, f"must be an integer. Received: {value!r}")
@@ -1198,8 +1391,14 @@ def _integer(value, key, minimum=None):
 def _number(value, key, positive=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(key, f"must be a number. Received: {value!r}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ConfigError(
+            key, "must be a finite number. Received: an integer beyond 1e308"
+        ) from None
+    if not math.isfinite(number):
         raise ConfigError(key, f"must be a finite number. Received: {value}")
-    if positive and value <= 0:
+    if positive and number <= 0:
         raise ConfigError(key, f"must be positive. Received: {value}")
-    return float(value)
+    return number

@@ -11,7 +11,8 @@ the number of files).
     shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
                coloured circles, squares and triangles on varied backgrounds
     folder     path, size, channels, cache (none | memory), labels (subfolders): PNG or JPEG
-               files under `path`, centre-cropped and resized; unreadable ones skipped
+               files under `path`, centre-cropped and resized; unreadable ones skipped (and
+               files that are not regular files: a fifo, a socket, a device)
     npz        path, key ("images"), labels (an array name), classes: an array file; uint8
                [0, 255] or float in [0, 1]
     tfrecord   path (file or glob), image_feature ("image"), labels (an int64 feature name),
@@ -22,11 +23,13 @@ the number of files).
 import glob
 import logging
 import os
+import stat
 
 import numpy as np
 import tensorflow as tf
 
 from stagegan.errors import ConfigError
+from stagegan.memory import check_image_memory
 
 log = logging.getLogger("stagegan")
 
@@ -76,8 +79,9 @@ def draw_shapes(count, size, seed, channels=3, labels=False):
         layers.append((present, kind, cx, cy, radius, colour))
     images = np.empty((count, size, size, channels), np.uint8)
     owner = np.empty((count, size, size), np.int8)  # which layer shows at each pixel
-    for start in range(0, count, SHAPES_CHUNK):  # bounded memory for large counts
-        part = slice(start, start + SHAPES_CHUNK)
+    chunk = shapes_chunk(size)
+    for start in range(0, count, chunk):  # bounded memory for large counts and sizes
+        part = slice(start, start + chunk)
         images[part], owner[part] = _render_shapes(
             size, channels, base[part], slope[part], [[a[part] for a in la] for la in layers]
         )
@@ -89,6 +93,14 @@ def draw_shapes(count, size, seed, channels=3, labels=False):
 
 
 SHAPES_CHUNK = 1000
+DRAW_BYTES = 100  # bytes per pixel of the shapes being drawn at once (float64 layers, masks)
+DRAW_BUDGET = 256 << 20  # bytes drawn at once at most (but one image at least)
+
+
+def shapes_chunk(size):
+    """How many images `draw_shapes` draws at once: up to `SHAPES_CHUNK`, in `DRAW_BUDGET`
+    bytes (each image is drawn on its own: the chunk changes no pixel)."""
+    return int(np.clip(DRAW_BUDGET // (size * size * DRAW_BYTES), 1, SHAPES_CHUNK))
 
 
 def _render_shapes(size, channels, base, slope, layers):
@@ -351,19 +363,60 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 class Listing:
     """A folder's image files in a fixed order, with class indices and names when
-    `data.labels: subfolders` (else None)."""
+    `data.labels: subfolders` (else None), and the names that looked like images but are not
+    regular files (`skipped`)."""
 
-    def __init__(self, path, files, labels=None, classes=None):
+    def __init__(self, path, files, labels=None, classes=None, skipped=()):
         self.path, self.files, self.labels, self.classes = path, files, labels, classes
+        self.skipped = list(skipped)
+
+
+def shown(path):
+    """A file name as text that prints anywhere: bytes that are not UTF-8 (which Python keeps
+    as surrogates in a str) become `\\xNN`. Other names are unchanged."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _image_files(folder):
-    return sorted(
-        os.path.join(root, name)
-        for root, _, names in os.walk(folder)
-        for name in names
-        if name.lower().endswith(IMAGE_SUFFIXES)
-    )
+    """`(files, others)` below `folder`, each sorted: the regular files named like images, and
+    the other things so named (a fifo, a socket, a device, a dangling link: reading one could
+    block forever). `DirEntry.is_file` is `S_ISREG` after following links, read from the
+    folder listing: a folder of plain files costs no `stat` per file. Like `os.walk`, it does
+    not enter linked folders, and passes over folders it cannot list."""
+    files, others, pending = [], [], [folder]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES):
+                (files if _is_regular(entry) else others).append(entry.path)
+    return sorted(files), sorted(others)
+
+
+def _is_regular(entry):
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _not_regular(others):
+    """Warn of each file in `others` (skipped at scan time), once per process."""
+    for name in others:
+        _warn_unreadable(name, "not a regular file")
+    return others
+
+
+def _none_regular(others):
+    """What an error adds when the only image names are files that are not regular."""
+    if not others:
+        return ""
+    more = f" and {len(others) - 1:,} more" if len(others) > 1 else ""
+    return f" (skipped, not regular files: {shown(others[0])}{more})"
 
 
 def list_folder(options):
@@ -372,12 +425,14 @@ def list_folder(options):
     files are those below its subfolder. Reads names only, never an image."""
     path = _require_path(options)
     if not os.path.isdir(path):
-        raise ConfigError("data.path", f"no such folder: {path}")
+        raise ConfigError("data.path", f"no such folder: {shown(path)}")
     if options["labels"] is None:
-        files = _image_files(path)
+        files, others = _image_files(path)
         if not files:
-            raise ConfigError("data.path", f"no PNG or JPEG files under {path}")
-        return Listing(path, files)
+            raise ConfigError(
+                "data.path", f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
+            )
+        return Listing(path, files, skipped=_not_regular(others))
     if options["labels"] != "subfolders":
         raise ConfigError(
             "data.labels",
@@ -388,22 +443,27 @@ def list_folder(options):
     if loose:
         raise ConfigError(
             "data.labels",
-            f"{len(loose)} image{'s' if len(loose) > 1 else ''} lie directly in {path}, "
-            f"outside any class subfolder (e.g. {loose[0]})",
+            f"{len(loose)} image{'s' if len(loose) > 1 else ''} lie directly in {shown(path)}, "
+            f"outside any class subfolder (e.g. {shown(loose[0])})",
         )
-    classes = sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
-    if not classes:
-        raise ConfigError("data.labels", f"{path} has no subfolders to take classes from")
-    files, labels = [], []
-    for index, name in enumerate(classes):
-        found = _image_files(os.path.join(path, name))
+    folders = sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
+    if not folders:
+        raise ConfigError("data.labels", f"{shown(path)} has no subfolders to take classes from")
+    files, labels, skipped = [], [], []
+    for index, name in enumerate(folders):
+        found, others = _image_files(os.path.join(path, name))
         if not found:
             raise ConfigError(
-                "data.labels", f"class {name!r} has no images ({os.path.join(path, name)})"
+                "data.labels",
+                f"class '{shown(name)}' has no images ({shown(os.path.join(path, name))})"
+                + _none_regular(others),
             )
         files += found
         labels += [index] * len(found)
-    return Listing(path, files, np.array(labels, np.int32), classes)
+        skipped += _not_regular(others)
+    # The names of classes print anywhere (logs, plan, eval, prepare's YAML block).
+    classes = [shown(name) for name in folders]
+    return Listing(path, files, np.array(labels, np.int32), classes, skipped)
 
 
 def check_labels(labels, count, options, where):
@@ -441,18 +501,60 @@ def class_names(options, labels):
 
 
 PROBE = 16  # files decoded at start-up to refuse a folder of unreadable files early
+DECODE_AT_ONCE = 64  # at most this many decoded at a time at start-up (without a cache)
 
 
 def check_readable(listing, options):
     """Refuse a folder whose first files (up to `PROBE`, spread over the listing) are all
     unreadable: the stream skips unreadable files, and would wait forever on such a folder.
-    Costs a fixed number of decodes, whatever the folder's size."""
+    Costs a fixed number of decodes, whatever the folder's size. With classes, refuse a class
+    none of whose files is readable, as one without files (`check_classes_readable`)."""
+    if listing.labels is not None:
+        return check_classes_readable(listing, options)
     step = max(1, len(listing.files) // PROBE)
     probe = listing.files[::step][:PROBE]
     if not decode_files(probe, options["size"], options["channels"])[1].any():
         raise ConfigError(
-            "data.path", f"none of {len(probe)} files probed in {listing.path} is a readable image"
+            "data.path",
+            f"none of {len(probe)} files probed in {shown(listing.path)} is a readable image",
         )
+
+
+def check_classes_readable(listing, options):
+    """Refuse a class none of whose files is readable: the generator would be taught a class
+    it never sees. Decodes each class's files in order until one reads: the first file of
+    every class at once, then `PROBE` more of each class still without one, and so on; a
+    folder whose first files read costs one decode per class."""
+    files, count = np.array(listing.files), len(listing.classes)
+    # A listing holds each class's files together, in class order.
+    ends = np.cumsum(np.bincount(listing.labels, minlength=count))
+    members = np.split(np.arange(len(files)), ends[:-1])
+    waiting, start, step = list(range(count)), 0, 1
+    while waiting:
+        parts = [members[k][start : start + step] for k in waiting]
+        ok = _readable(files[np.concatenate(parts)], options)
+        found = np.split(ok, np.cumsum([len(part) for part in parts])[:-1])
+        for k, part, read in zip(list(waiting), parts, found, strict=True):
+            if read.any():
+                waiting.remove(k)
+            elif start + len(part) >= len(members[k]):
+                name, total = listing.classes[k], len(members[k])
+                raise ConfigError(
+                    "data.path",
+                    f"class '{name}' has no readable image among its {total:,} "
+                    f"file{'s' if total > 1 else ''} ({os.path.join(shown(listing.path), name)})",
+                )
+        start, step = start + step, PROBE
+
+
+def _readable(files, options):
+    """`decode_files(files)`'s `ok`, `DECODE_AT_ONCE` files at a time (memory does not grow
+    with their number)."""
+    size, channels = options["size"], options["channels"]
+    chunks = range(0, len(files), DECODE_AT_ONCE)
+    return np.concatenate(
+        [decode_files(files[i : i + DECODE_AT_ONCE], size, channels)[1] for i in chunks]
+    )
 
 
 def decode_files(files, size, channels):
@@ -462,7 +564,7 @@ def decode_files(files, size, channels):
     ok = np.zeros(len(files), bool)
     if len(files) == 0:
         return images, ok
-    paths = tf.constant([str(f) for f in files])
+    paths = _path_tensor(files)
     load = lambda i: {"x": _read_image(paths, i, size, channels), "position": i}
     decoded = tf.data.Dataset.range(len(files)).map(
         load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -475,20 +577,46 @@ def decode_files(files, size, channels):
     return images, ok
 
 
+def _path_tensor(files):
+    """File names as a string tensor of their bytes (a name need not be UTF-8)."""
+    return tf.constant([os.fsencode(name) for name in files], tf.string)
+
+
 def _read_image(paths, index, size, channels):
     """File `index` of the string tensor `paths`, decoded and fitted (raises when it cannot
-    be decoded: the callers' `ignore_errors` drop it and the positions they carry show it)."""
-    return decode_image(tf.io.read_file(tf.gather(paths, index)), size, channels)
+    be read or decoded: the callers' `ignore_errors` drop it and the positions they carry
+    show it)."""
+    raw = tf.numpy_function(read_regular_file, [tf.gather(paths, index)], tf.string, stateful=False)
+    return decode_image(tf.ensure_shape(raw, []), size, channels)
+
+
+def read_regular_file(path):
+    """The bytes of the file `path` (str or bytes), or b"" when it cannot be read or is not a
+    regular file (a fifo, a socket, a device: opening one for reading can block forever). It
+    is checked before opening, and opened without blocking and checked again, so a file
+    swapped since cannot block either. Read in Python (TensorFlow's reader blocks on a fifo,
+    and takes names as UTF-8); b"" fails to decode, as any unreadable file."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return b""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            return f.read() if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
 
 
 SKIPPED = set()  # the unreadable files met by this process
 
 
-def _warn_unreadable(name):
+def _warn_unreadable(name, reason=None):
     if name not in SKIPPED:  # once per file and process, not once per epoch
         SKIPPED.add(name)
         log.warning(
-            "data.path: skipped unreadable image %s (%d skipped so far)", name, len(SKIPPED)
+            "data.path: skipped unreadable image %s%s (%d skipped so far)",
+            shown(name),
+            f", {reason}" if reason else "",
+            len(SKIPPED),
         )
 
 
@@ -521,7 +649,7 @@ def folder_dataset(listing, options, seed, batch_size, cached=None):
             deterministic=True,
         )
         return _batched(ds, batch_size)
-    paths = tf.constant(listing.files)
+    paths = _path_tensor(listing.files)
 
     def load(position, i):
         return with_labels(i, {"x": _read_image(paths, i, size, channels), "position": position})
@@ -640,6 +768,52 @@ def tfrecord_label_counts(options):
 
 
 CACHES = ("none", "memory")
+KERAS_IMAGES = 60000  # the largest training split of the keras datasets
+
+
+def _held(options):
+    """The images a source holds in memory, known before it loads them, and the key of that
+    count: `data.count` images drawn, a keras dataset's training split (an npz file's are
+    known once loaded; a folder's cache, once listed)."""
+    source = options["source"]
+    if source == "shapes":
+        return options["count"], "data.count"
+    if source in ("npz", "tfrecord"):
+        return 0, "data.path"
+    return KERAS_IMAGES, "data.source"
+
+
+def check_memory(options, batch_size, held=0, held_key="data.count"):
+    """Refuse sizes whose arrays would not fit in this machine's memory, before any is
+    allocated (`stagegan.memory.check_image_memory`): `held` images kept (`held_key`: a
+    source in memory, a folder's cache), those drawn or decoded at once at start-up, and a
+    batch as uint8 and float32 (the model's input).
+
+    Raises:
+        ConfigError: on `data.size` when the arrays would fit at an ordinary size, else on
+            the key of the largest: `held_key`, or `batch_size`.
+    """
+    size, channels = options["size"], options["channels"]
+    image = size * size * channels
+    if options["source"] == "shapes":
+        drawn = min(held, shapes_chunk(size))
+        start = ("data.size", drawn * size * size * DRAW_BYTES, f"{drawn:,} drawn at a time")
+    else:
+        start = ("data.size", DECODE_AT_ONCE * image, f"up to {DECODE_AT_ONCE} decoded at a time")
+    parts = [
+        (held_key, held * image, f"{held:,} images of {size} px held"),
+        start,
+        ("batch_size", 5 * batch_size * image, f"a batch of {batch_size:,} as uint8 and float32"),
+    ]
+    received = {
+        "data.size": size,
+        "data.count": options["count"],
+        "data.cache": options["cache"],
+        "data.source": options["source"],
+        "data.path": options["path"],
+        "batch_size": batch_size,
+    }
+    check_image_memory(parts, size, "data.size", received)
 
 
 def check_options(options):
@@ -696,6 +870,7 @@ FEW_IMAGES = 500
 
 def check_count(count, batch_size, path):
     """Refuse a dataset smaller than one batch; warn about one a GAN will memorise."""
+    path = shown(path)
     if count < batch_size:
         raise ConfigError(
             "data.path",
@@ -734,6 +909,8 @@ class ImageSource:
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         source = options["source"]
+        if source != "folder":  # a folder's cache: checked once its files are listed
+            check_memory(options, batch_size, *_held(options))
         if source == "tfrecord":
             self.iterator = iter(tfrecord_dataset(options, seed, batch_size))
             if options["labels"] is not None:
@@ -741,6 +918,8 @@ class ImageSource:
         elif source == "folder":
             listing = list_folder(options)
             check_count(len(listing.files), batch_size, listing.path)
+            cached = len(listing.files) if options["cache"] == "memory" else 0
+            check_memory(options, batch_size, cached, "data.cache")
             check_readable(listing, options)
             self.count = len(listing.files)
             self._set_classes(listing.classes, listing.labels)

@@ -18,6 +18,7 @@ stage or the run ends there, and the step's `StepOutput`. Before the callbacks r
 
 import logging
 import math
+import os
 import re
 import signal
 import threading
@@ -96,7 +97,16 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
     try:
         # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
         # act at once, and a resume starts from the last periodic or stage-end checkpoint.
-        with StopSignals(enabled=not trainer.multi_worker) as signals:
+        def expired(number, grace):
+            latest = store.latest()
+            newest = f"step {latest['step']}" if latest else "none yet"
+            return (
+                f"step {number} did not finish within {grace:.0f} s; stopped "
+                f"without it (the newest checkpoint is {newest}; continue with: python -m "
+                f"stagegan train --resume {run_dir})"
+            )
+
+        with StopSignals(enabled=not trainer.multi_worker, expired=expired) as signals:
             return _loop(trainer, run_dir, store, signals, stop_after)
     except GuardStop as e:
         latest = store.latest()
@@ -137,8 +147,10 @@ def _loop(trainer, run_dir, store, signals, stop_after):
             if position.stage_step == 0 or position.global_step == start:
                 metrics.progress.stage_started(position, resumed=position.stage_step > 0)
             tick = make_tick(schedule, position)
+            signals.step_started(position.global_step + 1)
             try:
                 tick.output = trainer.step(position, with_gradients=histograms.due(tick))
+                signals.step_finished()
             finally:
                 for event in trainer.guard.events:
                     append_jsonl(run_dir / "guard.jsonl", event)
@@ -468,18 +480,52 @@ class Meter:
 class StopSignals:
     """While active, SIGINT and SIGTERM only set `received` (the signal number), so the loop
     can finish its step and write a checkpoint. A second signal acts as usual (the handlers
-    are restored after the first). Outside the main thread it does nothing."""
+    are restored after the first). Outside the main thread it does nothing.
+
+    A step that cannot finish (its input blocks, a device hangs) must not make the signal
+    wait forever, and while the main thread is blocked inside TensorFlow, Python runs no
+    signal handler. So a watcher thread learns of the signal through `signal.set_wakeup_fd`
+    (written by the C-level handler, whatever the main thread is doing): when the step in
+    flight (or the next one) has not finished `grace` seconds after it began, the watcher
+    prints `expired(step number, grace)`'s line and ends the process at once (`os._exit`,
+    status 128 + the signal); a second signal meanwhile ends it at once too. It writes no checkpoint
+    then: the stuck step may have applied some of its updates, and its data iterator and
+    random streams are in its hands, so the newest checkpoint is the one to resume from.
+    The grace period is at least three times the last finished step's time, so a slow
+    model's step is not taken for a hang."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    GRACE = 10.0  # seconds
+    POLL = 0.1
 
-    def __init__(self, enabled=True):
+    def __init__(self, enabled=True, expired=None, grace=None):
         self.received = 0
         self.saved = {}
         self.enabled = enabled
+        self.expired = expired or (
+            lambda number, grace: f"step {number} did not finish within {grace:g} s"
+        )
+        self.grace = self.GRACE if grace is None else grace
+        self.in_step = None  # when the step in flight began (None: none in flight)
+        self.number = 0  # and its number
+        self.last_step = 0.0  # how long the last finished step took
+        self.pipe = None
+        self.wakeup = None
+        self.done = threading.Event()
 
     @property
     def name(self):
         return signal.Signals(self.received).name if self.received else ""
+
+    def step_started(self, number):
+        """Step `number` (counted from 1) begins."""
+        self.number = number
+        self.in_step = time.monotonic()
+
+    def step_finished(self):
+        if self.in_step is not None:
+            self.last_step = time.monotonic() - self.in_step
+        self.in_step = None
 
     def _handle(self, signum, frame):
         self.received = signum
@@ -490,14 +536,58 @@ class StopSignals:
             signal.signal(signum, handler)
         self.saved = {}
 
+    def _watch(self, fd):
+        """The watcher thread: waits for a signal byte on `fd`, then for the step in flight."""
+        seen = 0
+        while True:
+            try:
+                data = os.read(fd, 1)
+            except OSError:
+                data = b""
+            if not data:  # the loop is over
+                os.close(fd)
+                return
+            signum = data[0]
+            if signum not in self.SIGNALS:
+                continue
+            if seen:  # a second signal while the main thread could not act on the first
+                self._exit(signum, "a second signal; stopped at once")
+            seen = signum
+            threading.Thread(target=self._deadline, args=(signum,), daemon=True).start()
+
+    def _deadline(self, signum):
+        grace = max(self.grace, 3 * self.last_step)
+        while not self.done.wait(self.POLL):
+            began = self.in_step
+            if began is not None and time.monotonic() - began > grace:
+                self._exit(signum, self.expired(self.number, grace))
+
+    def _exit(self, signum, message):
+        name = signal.Signals(signum).name
+        try:
+            os.write(2, f"stagegan: error: {name}: {message}\n".encode(errors="replace"))
+        finally:
+            os._exit(128 + signum)
+
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self.saved[signum] = signal.signal(signum, self._handle)
+            self.pipe = os.pipe()
+            os.set_blocking(self.pipe[1], False)
+            self.wakeup = signal.set_wakeup_fd(self.pipe[1], warn_on_full_buffer=False)
+            threading.Thread(
+                target=self._watch, args=(self.pipe[0],), daemon=True, name="stop-signals"
+            ).start()
         return self
 
     def __exit__(self, *exc):
+        self.done.set()
         self._restore()
+        if self.pipe is not None:
+            signal.set_wakeup_fd(self.wakeup)
+            os.close(self.pipe[1])  # the watcher reads end-of-file and returns
+            self.pipe = None
         return False
 
 

@@ -12,8 +12,9 @@ reads its shards in order through a shuffle buffer, which cannot mix classes tha
 apart than the buffer holds.
 
 Everything is written into `OUTPUT.partial-<pid>` and renamed to OUTPUT only when complete,
-so an interrupted prepare never leaves shards that a run would read. Imports TensorFlow only
-in `prepare`, so the CLI refuses bad arguments (`check_arguments`) before that slow import.
+so an interrupted prepare never leaves shards that a run would read (Ctrl-C and SIGTERM remove
+the partial folder). Imports TensorFlow only in `prepare`, so the CLI refuses bad arguments
+(`check_arguments`) before that slow import.
 """
 
 import contextlib
@@ -21,14 +22,18 @@ import dataclasses
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
 import yaml
 
-from stagegan.errors import ConfigError, WriteError
+from stagegan.config import ConfigDumper
+from stagegan.errors import ConfigError, Interrupted, WriteError
 from stagegan.logs import BAR_INTERVAL, format_duration
+from stagegan.memory import check_image_memory
 from stagegan.rundirs import check_new_folder
 
 log = logging.getLogger("stagegan")
@@ -49,7 +54,8 @@ class Prepared:
             for labelled data labels (the feature name) and classes (the names, in index order).
         images: how many records were written.
         shards: how many shard files hold them.
-        skipped: how many unreadable files were left out (each was warned of).
+        skipped: how many unreadable files were left out (each was warned of), those that
+            are not regular files included.
         class_counts: images per class, in class order, or None without labels.
     """
 
@@ -67,12 +73,20 @@ def check_arguments(folder, output, size, channels=3, shard_size=SHARD_SIZE):
     Raises:
         ConfigError: naming the argument (`FOLDER`, `--output`, `--size`, `--channels`,
             `--shard-size`): no such folder, an output that exists and is not empty, or one
-            that cannot be created, size < 4, channels not 1 or 3, shard size < 1.
+            that cannot be created, size < 4, channels not 1 or 3, shard size < 1, a size
+            whose images, decoded `_chunk_size` at a time, would not fit in memory.
     """
     if size < 4:
         raise ConfigError("--size", f"must be at least 4. Received: {size}")
     if channels not in (1, 3):
         raise ConfigError("--channels", f"must be 1 or 3. Received: {channels}")
+    chunk = _chunk_size(size, channels)
+    decoded = (
+        "--size",
+        chunk * size * size * channels,
+        f"{chunk} images of {size} px decoded at a time",
+    )
+    check_image_memory([decoded], size, "--size", {"--size": size})
     if shard_size < 1:
         raise ConfigError("--shard-size", f"must be at least 1. Received: {shard_size}")
     if not os.path.isdir(folder):
@@ -86,8 +100,8 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
     Files are decoded in parallel, `DECODE_BYTES` of pixels at a time; unreadable ones are
     warned of, left out and counted. Shards are named `data-00000-of-00004.tfrecord` and hold
     `shard_size` records each (the last one the rest). The shards are written into the sibling
-    folder `OUTPUT.partial-<pid>`, renamed to `output` when all are complete; an exception or
-    Ctrl-C removes it (a killed process leaves it, and never `output`).
+    folder `OUTPUT.partial-<pid>`, renamed to `output` when all are complete; an exception,
+    Ctrl-C or SIGTERM removes it (a killed process leaves it, and never `output`).
 
     Args:
         folder: the image folder; with `labels`, one subfolder per class.
@@ -107,6 +121,7 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
             `labels`, with images outside the class subfolders; no readable image, or a class
             without one.
         WriteError: a shard could not be written (a full disk, permissions).
+        Interrupted: SIGTERM (status 143), after the partial folder was removed.
     """
     check_arguments(folder, output, size, channels, shard_size)
     import tensorflow as tf
@@ -123,9 +138,10 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
     partial = f"{output}.partial-{os.getpid()}"
     made = _make_parents(output)
     try:
-        os.mkdir(partial)
-        written = _write_shards(listing, partial, size, channels, shard_size, progress)
-        os.replace(partial, output)  # onto a missing or empty folder: all shards or none
+        with _terminate_raises():
+            os.mkdir(partial)
+            written = _write_shards(listing, partial, size, channels, shard_size, progress)
+            os.replace(partial, output)  # onto a missing or empty folder: all shards or none
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
         for parent in made:
@@ -143,6 +159,28 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
 
 
 ARGUMENTS = {"data.path": "FOLDER", "data.labels": "--labels"}
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """While active (in the main thread), SIGTERM raises `Interrupted` (status 143), as
+    Ctrl-C raises KeyboardInterrupt, so `prepare` removes its partial folder either way. The
+    handler before it is back for a second signal, and on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, previous)
+        raise Interrupted("prepare stopped by SIGTERM; its partial output was removed", 143)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.SIG_DFL if previous is None else previous
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _make_parents(path):
@@ -165,7 +203,7 @@ def _write_shards(listing, folder, size, channels, shard_size, progress):
     order = np.random.default_rng(ORDER_SEED).permutation(len(files))
     chunk = _chunk_size(size, channels)
     counts = None if listing.labels is None else np.zeros(len(listing.classes), np.int64)
-    skipped = 0
+    skipped = len(listing.skipped)  # not regular files, left out of the listing
     with _Shards(folder, shard_size) as shards:
         for start in range(0, len(order), chunk):
             part = order[start : start + chunk]
@@ -183,7 +221,7 @@ def _write_shards(listing, folder, size, channels, shard_size, progress):
             raise ConfigError("FOLDER", f"none of the {len(files):,} image files could be read")
         if counts is not None and not counts.all():
             name = listing.classes[int(np.argmin(counts))]
-            raise ConfigError("FOLDER", f"class {name!r} has no readable image")
+            raise ConfigError("FOLDER", f"class '{name}' has no readable image")
         shards.finish()
     class_counts = None if counts is None else tuple(int(c) for c in counts)
     return shards.count, len(shards.paths), skipped, class_counts
@@ -293,8 +331,9 @@ def describe(result):
     return "\n".join(lines) + "\n" + block.rstrip("\n")
 
 
-class _FlowLists(yaml.SafeDumper):
-    """Mappings as blocks, lists on one line: `classes: [cat, dog]`."""
+class _FlowLists(ConfigDumper):
+    """Mappings as blocks, lists on one line: `classes: [cat, dog]`; strings that would read
+    back as numbers quoted (a class folder named `1e5`), as in a run's `config.yaml`."""
 
 
 _FlowLists.add_representer(

@@ -30,7 +30,11 @@ def find_yaml(kind, name_or_path):
     A value that names an existing file is taken as a path; otherwise it is looked up by name
     (with or without `.yaml`) among the built-in files of `kind`.
     """
-    path = Path(name_or_path).expanduser()
+    path = Path(name_or_path)
+    try:
+        path = path.expanduser()
+    except RuntimeError:  # `~name` of no such user: the name as it is
+        pass
     if path.is_file():
         return path
     if "/" in str(name_or_path) or "\\" in str(name_or_path):

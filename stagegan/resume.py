@@ -30,7 +30,7 @@ from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, format_key_path, parse_config
 from stagegan.errors import ConfigError
 from stagegan.logs import append_jsonl, tensorboard_session_start
-from stagegan.runs import checkpoint_entries, find_checkpoint, run_config
+from stagegan.runs import first_line, pick_checkpoint, run_config
 from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
 from stagegan.until import stage_ends
@@ -109,7 +109,7 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
     run_dir = Path(run_dir)
     old = run_config(run_dir, "--resume")
     new = parse_config(apply_overrides(old.raw, overrides))
-    entry = _choose_checkpoint(run_dir, checkpoint)
+    _, entry, _ = pick_checkpoint(run_dir, checkpoint, "--resume", listed=True, empty_ok=True)
     step = 0 if entry is None else entry["step"]
     until = (entry or {}).get("until", {})
     ends = stage_ends(old.stages, entry)
@@ -121,39 +121,6 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
         read_inputs(inputs)
     key = "--resume" if checkpoint is None else "--checkpoint"
     return ResumePlan(run_dir, new, entry, step, changes, key, len(old.stages), ends, until)
-
-
-def _choose_checkpoint(run_dir, checkpoint):
-    """The index entry to resume from: `checkpoint` (a step or a path, as `sample` and `eval`
-    take it, but listed in this run's index), else the newest; either must be whole."""
-    store, entries = checkpoint_entries(run_dir, "--resume")
-    if checkpoint is None:
-        if not entries:
-            return None
-        entry = entries[-1]
-        problem = store.verify(entry)
-        if problem is not None:
-            whole = [e for e in entries[:-1] if store.verify(e) is None]
-            hint = (
-                f"to resume from the previous good one, pass --checkpoint {whole[-1]['step']}"
-                if whole
-                else "no earlier checkpoint is whole"
-            )
-            raise ConfigError(
-                "--resume",
-                f"the latest checkpoint {store.path_of(entry)} is damaged: {problem}; {hint}",
-            )
-        return entry
-    prefix = Path(find_checkpoint(run_dir, checkpoint)).resolve()
-    found = [e for e in entries if Path(store.path_of(e)).resolve() == prefix]
-    if not found:
-        raise ConfigError(
-            "--checkpoint", f"{checkpoint} is not a listed checkpoint of {run_dir} (give its step)"
-        )
-    problem = store.verify(found[0])
-    if problem is not None:
-        raise ConfigError("--checkpoint", f"{store.path_of(found[0])} is damaged: {problem}")
-    return found[0]
 
 
 def check_changes(old, new, step, ends=None):
@@ -262,9 +229,8 @@ def restore(trainer, plan):
             status = type(trainer.checkpoint)(**objects).read(path)
             status.assert_existing_objects_matched()
         except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
-            text = str(e).strip()
-            first = text.splitlines()[0] if text else type(e).__name__
-            if "data_iterator" in objects and "OwnedIterator" in text:
+            first = first_line(e)
+            if "data_iterator" in objects and "OwnedIterator" in str(e):
                 first = (
                     "it holds no data position for this run's streamed source (a folder run "
                     "checkpointed before folders streamed); start it again, or warm-start "
@@ -346,6 +312,7 @@ def commit(plan, log):
     store = plan.store
     removed = store.clean_up()
     superseded = store.supersede(step)
+    extended = store.untag("final") if step < plan.total_steps else []  # no longer the end
     dropped = {}
     for name in STEP_LOGS:
         later = drop_records_after(run_dir / name, step)
@@ -367,6 +334,7 @@ def commit(plan, log):
         "changes": {k: {"from": a, "to": b} for k, (a, b) in plan.changes.items()},
         "removed": removed,
         "superseded": superseded,
+        "no_longer_final": extended,
         "dropped_records": dropped,
     }
     append_jsonl(run_dir / RESUME_LOG, record)
@@ -378,6 +346,8 @@ def commit(plan, log):
         log.info("  removed leftovers of interrupted saves: %s", ", ".join(removed))
     if superseded:
         log.info("  moved later checkpoints to checkpoints/superseded/: %s", ", ".join(superseded))
+    if extended:
+        log.info("  the run goes on past its old end: %s is no longer final", ", ".join(extended))
 
 
 def drop_records_after(path, step):

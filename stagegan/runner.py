@@ -16,11 +16,12 @@ import numpy as np
 
 from stagegan.cluster import is_chief
 from stagegan.loop import check_evaluation, train
-from stagegan.plan import describe_plan
+from stagegan.planning import describe_plan
 from stagegan.resume import commit, plan_resume, restore
 from stagegan.rundirs import check_new_run_dir, create_run_dir, lock_run_dir
 from stagegan.runs import evaluate_run, resolve_init, restore_run, sample_arrays
 from stagegan.training import Trainer
+from stagegan.until import never_checked
 from stagegan.warmstart import warm_start
 
 log = logging.getLogger("stagegan")
@@ -34,6 +35,8 @@ def start(config, run_dir=None, chief=True):
     worker (`chief` False) trains into a temporary folder (`worker`).
     """
     config, init_prefix = resolve_init(config)
+    for warning in filter(None, map(never_checked, config.stages if chief else ())):
+        log.warning("warning: %s", warning)
     if run_dir and chief:
         check_new_run_dir(run_dir)
     trainer = Trainer(config)

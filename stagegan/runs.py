@@ -42,35 +42,112 @@ def run_config(run_dir, key="--run"):
 
 def checkpoint_entries(run_dir, key="--run"):
     """`(store, entries)`: a run's `CheckpointStore` (read-only) and its listed checkpoints;
-    an unreadable index is a ConfigError naming `key`."""
+    an unreadable or malformed index is a ConfigError naming `key`."""
     store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
+    index = store.directory / "index.json"
     try:
-        return store, store.entries()
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(
-            key, f"the checkpoint index {store.directory / 'index.json'} is unreadable"
-        ) from None
+        entries = store.entries()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(key, f"the checkpoint index {index} is unreadable") from None
+    problem = store.index_problem(entries)
+    if problem:
+        raise ConfigError(key, f"the checkpoint index {index} is damaged: {problem}")
+    return store, entries
 
 
-def find_checkpoint(run_dir, checkpoint=None):
-    """The checkpoint path prefix to restore: `checkpoint` (a step number, or a path with or
-    without `.index`), else the run's newest listed checkpoint."""
-    store, entries = checkpoint_entries(run_dir)
+def pick_checkpoint(
+    run_dir,
+    checkpoint=None,
+    key="--run",
+    checkpoint_key="--checkpoint",
+    listed=False,
+    empty_ok=False,
+):
+    """The one way every door (`sample`, `eval`, `--resume`, `--init-from`, the API) picks
+    a run's checkpoint and checks its files; returns `(store, entry, prefix)`.
+
+    Args:
+        run_dir: the run folder (its index is checked first).
+        checkpoint: a global step (int or digits), a path prefix (with or without `.index`),
+            or None for the newest listed checkpoint.
+        key, checkpoint_key: the keys that problems name: `key` for the run and its newest
+            checkpoint, `checkpoint_key` for the one asked for.
+        listed: a path must be a checkpoint the index lists (resume and warm start need
+            its entry); otherwise any checkpoint path is taken (entry None; TensorFlow's
+            checksums check it while it is read).
+        empty_ok: a run with no checkpoint yet gives `(store, None, None)` instead of an
+            error (a resume then starts from step 0).
+
+    Raises:
+        ConfigError: no such step or path; the checkpoint's files are missing or are not the
+            sizes they were written with (a damaged newest names the newest whole one).
+    """
+    store, entries = checkpoint_entries(run_dir, key)
     if checkpoint is None:
         if not entries:
-            raise ConfigError("--run", f"{run_dir} has no checkpoint yet")
-        return store.path_of(entries[-1])
+            if empty_ok:
+                return store, None, None
+            raise ConfigError(key, f"{run_dir} has no checkpoint yet")
+        entry = entries[-1]
+        problem = store.verify(entry)
+        if problem is not None:
+            whole = [e for e in entries[:-1] if store.verify(e) is None]
+            flag = {"init.checkpoint": "--init-checkpoint"}.get(checkpoint_key, checkpoint_key)
+            hint = (
+                f"to use the previous good one, pass {flag} {whole[-1]['step']}"
+                if whole
+                else "no earlier checkpoint is whole"
+            )
+            raise ConfigError(
+                key, f"the latest checkpoint {store.path_of(entry)} is damaged: {problem}; {hint}"
+            )
+        return store, entry, store.path_of(entry)
     text = str(checkpoint)
     if text.isdigit():
         found = [e for e in entries if e["step"] == int(text)]
         if not found:
             steps = ", ".join(str(e["step"]) for e in entries) or "none"
-            raise ConfigError("--checkpoint", f"no checkpoint at step {text} (steps: {steps})")
-        return store.path_of(found[0])
-    prefix = text[: -len(".index")] if text.endswith(".index") else text
-    if not os.path.exists(prefix + ".index"):
-        raise ConfigError("--checkpoint", f"no checkpoint at {prefix} (no {prefix}.index)")
-    return prefix
+            raise ConfigError(
+                checkpoint_key, f"{run_dir} has no checkpoint at step {text} (steps: {steps})"
+            )
+        entry = found[0]
+    else:
+        prefix = text[: -len(".index")] if text.endswith(".index") else text
+        if not os.path.isfile(prefix + ".index"):
+            raise ConfigError(checkpoint_key, f"no checkpoint at {prefix} (no {prefix}.index)")
+        where = Path(prefix).resolve()
+        entry = next((e for e in entries if Path(store.path_of(e)).resolve() == where), None)
+        if entry is None:
+            if listed:
+                raise ConfigError(
+                    checkpoint_key,
+                    f"{checkpoint} is not a listed checkpoint of {run_dir} (give its step)",
+                )
+            return store, None, prefix
+    problem = store.verify(entry)
+    if problem is not None:
+        raise ConfigError(checkpoint_key, f"{store.path_of(entry)} is damaged: {problem}")
+    return store, entry, store.path_of(entry)
+
+
+def find_checkpoint(run_dir, checkpoint=None):
+    """The checkpoint path prefix that `sample` and `eval` restore (see `pick_checkpoint`)."""
+    return pick_checkpoint(run_dir, checkpoint)[2]
+
+
+def read_checkpoint(checkpoint, path, key):
+    """`checkpoint.read(path)` (a `tf.train.Checkpoint`), its status returned; anything
+    TensorFlow raises on a damaged file (a bad checksum, a truncated file) is one
+    ConfigError naming `key`."""
+    try:
+        return checkpoint.read(path)
+    except Exception as e:  # noqa: BLE001 - DataLossError, OpError, IndexError, ...
+        raise ConfigError(key, f"cannot restore {path}: {first_line(e)}") from None
+
+
+def first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def resolve_init(config):
@@ -84,27 +161,13 @@ def resolve_init(config):
     if init is None:
         return config, None
     run_config(init.run, key="init.run")
-    store, entries = checkpoint_entries(init.run, key="init.run")
-    if not entries:
-        raise ConfigError("init.run", f"{init.run} has no checkpoint yet")
-    if init.checkpoint is None:
-        entry = entries[-1]
-    else:
-        found = [e for e in entries if e["step"] == init.checkpoint]
-        if not found:
-            steps = ", ".join(str(e["step"]) for e in entries)
-            raise ConfigError(
-                "init.checkpoint",
-                f"{init.run} has no checkpoint at step {init.checkpoint} (steps: {steps})",
-            )
-        entry = found[0]
-    problem = store.verify(entry)
-    if problem:
-        raise ConfigError("init.run", f"{store.path_of(entry)}: {problem}")
+    _, entry, prefix = pick_checkpoint(
+        init.run, init.checkpoint, "init.run", "init.checkpoint", listed=True
+    )
     if init.checkpoint is None:
         raw = apply_overrides(config.raw, [f"init.checkpoint={entry['step']}"])
         config = parse_config(raw)
-    return config, store.path_of(entry)
+    return config, prefix
 
 
 def check_run(run_dir, checkpoint=None):
@@ -122,7 +185,7 @@ def restore_run(run_dir, checkpoint=None):
     from stagegan.training import Trainer
 
     config = run_config(run_dir)
-    path = find_checkpoint(run_dir, checkpoint)
+    _, entry, path = pick_checkpoint(run_dir, checkpoint)
     # Sampling and evaluating need one device, whatever devices or cluster trained the run
     # (a checkpoint restores into any backend).
     one = dataclasses.replace(
@@ -131,15 +194,9 @@ def restore_run(run_dir, checkpoint=None):
     config = dataclasses.replace(config, devices=one)
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
         sys.path.insert(0, os.getcwd())
-    store, entries = checkpoint_entries(run_dir, "--checkpoint")
-    where = Path(path).resolve()
-    entry = next((e for e in entries if Path(store.path_of(e)).resolve() == where), None)
     trainer = Trainer(config, stage_ends(config.stages, entry))
-    try:
-        trainer.checkpoint.read(path).expect_partial()
-    except Exception as e:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError("--checkpoint", f"cannot restore {path}: {first}") from None
+    key = "--run" if checkpoint is None else "--checkpoint"
+    read_checkpoint(trainer.checkpoint, path, key).expect_partial()
     return trainer, path
 
 

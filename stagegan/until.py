@@ -146,6 +146,30 @@ def stage_ends(stages, entry):
     return {index[name]: length for name, length in ends.items() if name in index}
 
 
+def never_checked(stage):
+    """Why `stage`'s `until` can never hold, in one line (None when it can): it is checked
+    every `check_every` steps of the stage from `min_steps` on, and no check falls within the
+    stage's `steps`. Not an error (the stage runs all its steps), but rarely what was meant."""
+    until = stage.until
+    if until is None:
+        return None
+    every = until.check_every
+    first = every * max(1, -(-until.min_steps // every))  # the first check that counts
+    if first <= stage.steps:
+        return None
+    if every > stage.steps:
+        why = f"is more than the stage's {stage.steps} steps"
+    else:
+        why = (
+            f"puts no check between min_steps {until.min_steps} and the stage's "
+            f"{stage.steps} steps (the first would be at {first})"
+        )
+    return (
+        f"{until.key}.check_every: {every} {why}, so the condition is never checked and the "
+        "stage runs all its steps"
+    )
+
+
 def check_metrics(stages, stage_plans, task):
     """Refuse a threshold on a metric that its stage does not log, or a plateau of one the
     task does not evaluate (when it declares `eval_metrics`), before the first step."""

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from stagegan.errors import ConfigError
 from stagegan.replicas import is_rng_state
+from stagegan.runs import first_line
 from stagegan.variables import select_variables
 
 log = logging.getLogger("stagegan")
@@ -43,11 +44,28 @@ def warm_start(trainer, prefix):
         reader = tf.train.load_checkpoint(prefix)
         shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError("init.run", f"cannot read {prefix}: {first}") from None
+        raise ConfigError("init.run", f"cannot read {prefix}: {first_line(e)}") from None
     weights = [w for net in trainer.networks.values() for w in net.weights if not is_rng_state(w)]
     if init.only is not None:
         weights = select_variables(init.only, weights, "init.only")
+    try:  # every tensor is read (and its checksum checked) before anything is assigned
+        values, averages = _read_all(trainer, reader, shapes, weights, prefix)
+    except tf.errors.OpError as e:
+        raise ConfigError("init.run", f"cannot read {prefix}: {first_line(e)}") from None
+    for variable in weights:
+        variable.assign(values[id(variable)])
+    for average, value in averages:
+        average.assign(value)
+    log.info(
+        "warm start: %d network variables%s from %s",
+        len(weights),
+        f" ({', '.join(init.only)})" if init.only else "",
+        prefix,
+    )
+    return len(weights)
+
+
+def _read_all(trainer, reader, shapes, weights, prefix):
     values = {}
     for variable in weights:
         values[id(variable)] = _value(reader, shapes, variable.path, variable, prefix)
@@ -61,17 +79,7 @@ def warm_start(trainer, prefix):
             found = _key(key) in shapes and list(shapes[_key(key)]) == list(source.shape)
             value = reader.get_tensor(_key(key)) if found else values[id(source)]
             averages.append((average, value))
-    for variable in weights:
-        variable.assign(values[id(variable)])
-    for average, value in averages:
-        average.assign(value)
-    log.info(
-        "warm start: %d network variables%s from %s",
-        len(weights),
-        f" ({', '.join(init.only)})" if init.only else "",
-        prefix,
-    )
-    return len(weights)
+    return values, averages
 
 
 def _key(path):

@@ -29,3 +29,8 @@ def mean_colour_features():
     """A FID/KID feature extractor for tests (`--features custom_networks:mean_colour_features`):
     each image's mean colour, 3 numbers."""
     return keras.Sequential([keras.layers.GlobalAveragePooling2D()])
+
+
+def raises(task):
+    """A builder with a bug of its own."""
+    raise KeyError("width_multiplier")

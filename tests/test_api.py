@@ -3,7 +3,9 @@ the same weights, samples, evaluation and resume, to the last bit (one tiny mog2
 in process). The API's generator is a Python callable defined here; the CLI names the same
 builder by its `module:function` path."""
 
+import importlib
 import json
+import pkgutil
 import shutil
 
 import keras
@@ -14,6 +16,7 @@ from clihelp import TINY, inprocess
 from toytask import read_checkpoint
 
 import stagegan
+from stagegan import errors
 from stagegan.config import load_config
 
 # One stage of 6 steps (each stage traced costs seconds), checkpoints at 2, 4 and 6.
@@ -103,3 +106,66 @@ def test_api_checks_its_arguments_as_the_cli_does(runs):
         with pytest.raises(stagegan.ConfigError) as caught:
             call()
         assert caught.value.key == key and "must be at least" in caught.value.message
+
+
+def test_api_refuses_arguments_of_the_wrong_type_naming_them(runs, tmp_path):
+    api, _, _ = runs
+    run = stagegan.load_run(api.path)
+    for call, key in (
+        (lambda: stagegan.load(3), "config"),
+        (lambda: stagegan.load("mog_ring", overrides=5), "overrides"),
+        (lambda: stagegan.load("mog_ring", overrides=[("seed",)]), "overrides"),
+        (lambda: stagegan.load("mog_ring", overrides={3: 1}), "overrides"),
+        (lambda: stagegan.plan(config=3), "config"),
+        (lambda: stagegan.plan("mog_ring", overrides=5), "overrides"),
+        (lambda: stagegan.train("mog_ring", overrides=5), "overrides"),
+        (lambda: stagegan.train("mog_ring", run_dir=5), "run_dir"),
+        (lambda: stagegan.train("mog_ring", quiet="yes"), "quiet"),
+        (lambda: stagegan.train("mog_ring", init_from=7), "init_from"),
+        (lambda: stagegan.train("mog_ring", init_checkpoint=2), "init_checkpoint"),
+        (lambda: stagegan.train("mog_ring", init_from=api.path, init_only=3), "init_only"),
+        (lambda: stagegan.load_run(3), "path"),
+        (lambda: run.sample(4, seed=2**32), "seed"),
+        (lambda: run.sample(4, seed="0"), "seed"),
+        (lambda: run.sample(4, checkpoint=2.0), "checkpoint"),
+        (lambda: run.sample(4, ema="no"), "ema"),
+        (lambda: run.sample(4, class_name=1.5), "class_name"),
+        (lambda: run.evaluate(seed=-1), "seed"),
+        (lambda: run.evaluate(features=3), "features"),
+        (lambda: run.resume(overrides=5), "overrides"),
+        (lambda: run.resume(checkpoint=-2), "checkpoint"),
+    ):
+        with pytest.raises(stagegan.ConfigError) as caught:
+            call()
+        assert caught.value.key == key, (key, caught.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_load_takes_overrides_as_the_other_calls_do():
+    assert stagegan.load("mog_ring", {"seed": 3, "stages[-1].steps": 7}).seed == 3
+    assert stagegan.load("mog_ring", ["seed=4"]).seed == 4
+
+
+# The package's attributes are its API: importing a submodule sets an attribute of the same
+# name on the package, so a module named like an API name (`stagegan/plan.py`, once) would
+# replace that function after the first call that imported it.
+API = {
+    "ConfigError": errors.ConfigError,
+    "Error": errors.StageganError,
+    "RunStopped": errors.RunStopped,
+    "WriteError": errors.WriteError,
+    **{name: getattr(stagegan.api, name) for name in ("Run", "load", "load_run", "plan", "train")},
+}
+
+
+def test_no_module_is_named_like_an_api_name():
+    assert sorted(API) == sorted(stagegan.__all__)
+    modules = {module.name for module in pkgutil.iter_modules(stagegan.__path__)}
+    assert modules.isdisjoint(stagegan.__all__)
+
+
+def test_api_names_survive_importing_every_submodule():
+    for module in pkgutil.walk_packages(stagegan.__path__, "stagegan."):
+        importlib.import_module(module.name)
+    for name in stagegan.__all__:
+        assert getattr(stagegan, name) is API[name], name

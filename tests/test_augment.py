@@ -11,7 +11,7 @@ from stagegan import augment
 from stagegan.config import AUGMENT_OPS, AugmentConfig, parse_config
 from stagegan.errors import ConfigError
 from stagegan.layers import pack, unpack
-from stagegan.plan import describe_plan
+from stagegan.planning import describe_plan
 from stagegan.training import Trainer
 
 RNG = np.random.default_rng(0)

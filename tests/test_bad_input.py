@@ -66,6 +66,12 @@ def place(tmp_path_factory):
     (broken_inputs / "samples" / "inputs.npz").write_bytes(b"PK not a zip")
     broken_index = shutil.copytree(run, root / "broken_index")
     (broken_index / "checkpoints" / "index.json").write_text('{"checkpoints": [')
+    scrambled = shutil.copytree(run, root / "scrambled")  # every tensor fails its checksum
+    for data in (scrambled / "checkpoints").glob("ckpt-00000004.data-*"):
+        data.write_bytes(bytes(b ^ 0x5A for b in data.read_bytes()))  # the same size
+    fieldless = shutil.copytree(run, root / "fieldless")  # entries without their step
+    index = fieldless / "checkpoints" / "index.json"
+    index.write_text(json.dumps({"checkpoints": [{"prefix": e["prefix"]} for e in listed]}))
     (root / "not_a_run").mkdir()
     (root / "broken.yaml").write_text("name: x\nstages: [\n")
     (root / "list.yaml").write_text("- 1\n- 2\n")
@@ -80,6 +86,26 @@ def place(tmp_path_factory):
     (root / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     (root / "a_file").write_text("not a folder")
     (root / "out.npy").write_bytes(np.zeros(1).tobytes())
+    # Hardening round 3: data doors. A device behind an image's name (a fifo would hang this
+    # process if both guards failed: tests/test_data.py reads one in a subprocess); an
+    # unreadable class, under a plain name and under one that is not UTF-8.
+    (root / "special").mkdir()
+    (root / "special" / "x.png").symlink_to(os.devnull)
+    for folder, bad in (("classes", b"dog"), ("byte_classes", b"bad\xff")):
+        (root / folder / "cat").mkdir(parents=True)
+        (root / folder / "cat" / "0.png").write_bytes((root / "few" / "0.png").read_bytes())
+        os.mkdir(os.path.join(os.fsencode(root / folder), bad))
+        with open(os.path.join(os.fsencode(root / folder), bad, b"broken.png"), "wb") as f:
+            f.write(b"not a png")
+    # Hardening round 3: config doors. YAML over its limits, a binary file, no stages.
+    (root / "bomb.yaml").write_text(BOMB)
+    (root / "bomb_stages.yaml").write_text(BOMB + "stages: []\n")
+    (root / "deep.yaml").write_text("data: " + "[" * 5000 + "]" * 5000 + "\n")
+    (root / "huge.yaml").write_text("name: x\n" + "#" * (1 << 20) + "\n")
+    (root / "image.yaml").write_bytes((root / "few" / "0.png").read_bytes())
+    (root / "no_stages.yaml").write_text(
+        yaml.safe_dump({k: v for k, v in TOY.items() if k != "stages"})
+    )
     return root
 
 
@@ -91,6 +117,10 @@ def toy(*sets):
 
 
 TRAIN = ["train", "--run-dir", "{root}/new"]
+# The billion laughs: 10**9 leaves from 600 bytes, once expanded (hardening round 3).
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+)
 CASES = {
     # Config files and keys.
     "broken yaml": (
@@ -306,6 +336,70 @@ CASES = {
         ],
         ["data.path: none of 1 files probed in", "is a readable image"],
     ),
+    # Hardening round 3: data doors
+    "folder whose only image is not a regular file": (
+        [
+            *TRAIN,
+            "--config",
+            "completion_shapes",
+            "--set",
+            "data.source=folder",
+            "--set",
+            "data.path={root}/special",
+        ],
+        [
+            "data.path: no PNG or JPEG files under",
+            "(skipped, not regular files: {root}/special/x.png)",
+        ],
+    ),
+    "class without a readable image": (
+        [
+            *TRAIN,
+            "--config",
+            "completion_shapes",
+            "--set",
+            "data.source=folder",
+            "--set",
+            "data.path={root}/classes",
+            "--set",
+            "data.labels=subfolders",
+            "--set",
+            "batch_size=1",
+        ],
+        ["data.path: class 'dog' has no readable image among its 1 file ({root}/classes/dog)"],
+    ),
+    "class folder named in bytes that are not UTF-8, without a readable image": (
+        [
+            *TRAIN,
+            "--config",
+            "completion_shapes",
+            "--set",
+            "data.source=folder",
+            "--set",
+            "data.path={root}/byte_classes",
+            "--set",
+            "data.labels=subfolders",
+            "--set",
+            "batch_size=1",
+        ],
+        ["data.path: class 'bad\\xff' has no readable image", "({root}/byte_classes/bad\\xff)"],
+    ),
+    "image size in the millions": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "data.size=1000000"],
+        ["data.size: would need about", "TB of memory", "Received: 1000000"],
+    ),
+    "a billion images drawn": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "data.count=1000000000"],
+        ["data.count: would need about", "1,000,000,000 images of 32 px held"],
+    ),
+    "a batch of a billion images": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "batch_size=1000000000"],
+        ["batch_size: would need about", "a batch of 1,000,000,000 as uint8 and float32"],
+    ),
+    "prepare at an absurd size": (
+        ["prepare", "{root}/few", "--output", "{root}/prepared", "--size", "100000"],
+        ["--size: would need about", "(16 images of 100000 px decoded at a time)"],
+    ),
     # Run folders.
     "run folder exists": (
         ["train", "--run-dir", "{root}/run", *toy()],
@@ -333,7 +427,7 @@ CASES = {
     ),
     "resume from a missing checkpoint": (
         ["train", "--resume", "{root}/run", "--checkpoint", "99"],
-        ["--checkpoint: no checkpoint at step 99"],
+        ["--checkpoint:", "has no checkpoint at step 99"],
     ),
     "resume from another run's checkpoint": (
         [
@@ -431,9 +525,39 @@ CASES = {
         ["train", "--resume", "{root}/broken_index"],
         ["--resume", "index.json is unreadable"],
     ),
+    # Hardening round 3: run folders. Every door reads a run folder through one reader
+    # (stagegan.runs.pick_checkpoint): the same index check, the same file check.
+    "init-from a checkpoint with a bad checksum": (
+        [*TRAIN, *toy(), "--init-from", "{root}/scrambled"],
+        ["init.run: cannot read", "ckpt-00000004"],
+    ),
+    "init-from a truncated checkpoint": (
+        [*TRAIN, *toy(), "--init-from", "{root}/truncated"],
+        ["init.run: the latest checkpoint", "ckpt-00000004 is damaged", "--init-checkpoint 3"],
+    ),
+    "init-from an index whose entries lack a field": (
+        [*TRAIN, *toy(), "--init-from", "{root}/fieldless"],
+        ["init.run: the checkpoint index", "is damaged: entry 1 has no 'step'"],
+    ),
+    "resume an index whose entries lack a field": (
+        ["train", "--resume", "{root}/fieldless"],
+        ["--resume: the checkpoint index", "is damaged: entry 1 has no 'step'"],
+    ),
+    "sample an index whose entries lack a field": (
+        ["sample", "--run", "{root}/fieldless", "--num", "2", "--output", "{root}/s.npy"],
+        ["--run: the checkpoint index", "is damaged: entry 1 has no 'step'"],
+    ),
+    "a network builder that raises": (
+        ["plan", "--config", "mog_ring", "--set", "model.generator=custom_networks:raises"],
+        ["model.generator: custom_networks:raises raised KeyError: 'width_multiplier'"],
+    ),
+    "eval a truncated latest checkpoint": (
+        ["eval", "--run", "{root}/truncated"],
+        ["--run: the latest checkpoint", "ckpt-00000004 is damaged", "--checkpoint 3"],
+    ),
     "sample from a corrupt checkpoint": (
         ["sample", "--run", "{root}/flipped", "--num", "2", "--output", "{root}/s.npy"],
-        ["--checkpoint: cannot restore"],
+        ["--run: cannot restore"],
     ),
     "sample over an existing file": (
         ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/out.npy"],
@@ -451,7 +575,11 @@ CASES = {
     "eval too few samples": (["eval", "--run", "{root}/run", "--count", "1"], ["--count"]),
     "eval a garbage checkpoint": (
         ["eval", "--run", "{root}/garbage"],
-        ["--checkpoint", "cannot restore"],
+        ["--run: the latest checkpoint", "is 160 bytes", "pass --checkpoint 3"],
+    ),
+    "eval a checkpoint with a bad checksum": (
+        ["eval", "--run", "{root}/scrambled"],
+        ["--run: cannot restore", "ckpt-00000004"],
     ),
     "sample to an unknown format": (
         ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/x.txt"],
@@ -474,6 +602,65 @@ CASES = {
             "{root}/x.npy",
         ],
         ["--input", "takes no input images"],
+    ),
+    # Hardening round 3: config doors. YAML files and --set values are refused past their
+    # limits before anything expands; seeds are 32-bit; --set into a list says what is wrong.
+    "config file that is an alias bomb": (
+        ["plan", "--config", "{root}/bomb.yaml"],
+        ["--config: {root}/bomb.yaml is refused at line 5", "YAML aliases expand to more than"],
+    ),
+    "stage file that is an alias bomb": (
+        [*TRAIN, *toy("stages={root}/bomb_stages.yaml")],
+        ["stages: {root}/bomb_stages.yaml is refused at line 5", "(an alias bomb?)"],
+    ),
+    "--set value that is an alias bomb": (
+        [*TRAIN, *toy("data={" + BOMB.strip().replace("\n", ", ") + "}")],
+        ["data: --set value is refused at line 1", "YAML aliases expand to more than 100,000"],
+    ),
+    "config nested thousands deep": (
+        ["plan", "--config", "{root}/deep.yaml"],
+        ["--config: {root}/deep.yaml is refused at line 1, column 106: YAML nested deeper"],
+    ),
+    "--set value nested thousands deep": (
+        [*TRAIN, *toy("model=" + "[" * 5000 + "]" * 5000)],
+        ["model: --set value is refused at line 1, column 101: YAML nested deeper than 100"],
+    ),
+    "--set value holding itself": (
+        [*TRAIN, *toy("data=&a {x: *a}")],
+        ["data: --set value is refused", "YAML alias *a is used inside its own anchor"],
+    ),
+    "config file over 1 MiB": (
+        ["plan", "--config", "{root}/huge.yaml"],
+        ["--config: {root}/huge.yaml is larger than 1 MiB, the limit"],
+    ),
+    "config file that is an image": (
+        ["plan", "--config", "{root}/image.yaml"],
+        ["--config: {root}/image.yaml is not UTF-8 text (byte 0x89 at offset 0)"],
+    ),
+    "seed above 2**32 - 1": (
+        [*TRAIN, *toy("seed=4294967296")],
+        ["seed: must be at most 4294967295 (2**32 - 1). Received: 4294967296"],
+    ),
+    "sample seed above 2**32 - 1": (
+        [*TRAIN, *toy("samples.seed=99999999999")],
+        ["samples.seed: must be at most 4294967295 (2**32 - 1)"],
+    ),
+    "sample --seed above 2**32 - 1": (
+        ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/s.npy"]
+        + ["--seed", "4294967296"],
+        ["--seed: must be at most 4294967295 (2**32 - 1). Received: 4294967296"],
+    ),
+    "eval --seed below 0": (
+        ["eval", "--run", "{root}/run", "--seed", "-1"],
+        ["--seed: must be at least 0. Received: -1"],
+    ),
+    "--set into the stages of a config without them": (
+        ["plan", "--config", "{root}/no_stages.yaml", "--set", "stages[0].steps=5"],
+        ["stages[0]: --set: the config has no stages list to index"],
+    ),
+    "--set into a stage past the last": (
+        [*TRAIN, *toy("stages[2].steps=5")],
+        ["stages[2]: --set: index out of range: stages has 2 items (stages[0] to stages[1])"],
     ),
 }
 

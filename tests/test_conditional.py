@@ -15,7 +15,7 @@ from clihelp import inprocess
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
 from stagegan.layers import pack
-from stagegan.plan import describe_plan
+from stagegan.planning import describe_plan
 from stagegan.tasks.base import make_generator
 from stagegan.training import Trainer
 

@@ -1,9 +1,12 @@
 """Config parsing: YAML in, frozen records out; every error names its key."""
 
+import time
+
 import pytest
 import yaml
 
-from stagegan.config import apply_overrides, load_config, parse_config, parse_key_path
+import stagegan
+from stagegan.config import apply_overrides, load_config, parse_config, parse_key_path, yaml_load
 from stagegan.errors import ConfigError
 
 
@@ -222,3 +225,166 @@ def test_set_changes_one_use_of_a_yaml_alias_only(tmp_path):
     )
     config = load_config(str(path), ["stages[1].updates[0].repeat=3"])
     assert [s.updates[0].repeat for s in config.stages] == [1, 3]
+
+
+# Hardening round 3: what a YAML file or `--set` value may hold, seeds, `--set` into lists.
+
+# The billion laughs: 10**9 leaves from 600 bytes.
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+)
+
+
+def write(tmp_path, text, name="c.yaml"):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+def refused(call, key):
+    with pytest.raises(ConfigError) as info:
+        call()
+    assert info.value.key == key and "\n" not in str(info.value), str(info.value)
+    return info.value.message
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path):
+    path = write(tmp_path, BOMB)
+    started = time.monotonic()
+    message = refused(lambda: load_config(path), "--config")
+    assert message.startswith(f"{path} is refused at line 5, column ")
+    assert "YAML aliases expand to more than 100,000 values" in message
+    stages = write(tmp_path, BOMB + "stages: []\n", "bomb_stages.yaml")
+    message = refused(lambda: parse_config(base(stages=stages)), "stages")
+    assert message.startswith(f"{stages} is refused at line 5")
+    value = "{" + BOMB.strip().replace("\n", ", ") + "}"
+    message = refused(lambda: apply_overrides(base(), [f"data={value}"]), "data")
+    assert message.startswith("--set value is refused at line 1")
+    assert time.monotonic() - started < 2
+
+
+def test_yaml_limits_on_aliases_nesting_size_and_bytes(tmp_path):
+    many = "x: &x 1\ny: [" + ", ".join(["*x"] * 2001) + "]\n"
+    assert "more than 2000 YAML aliases" in refused(
+        lambda: load_config(write(tmp_path, many)), "--config"
+    )
+    block = "".join("  " * i + f"k{i}:\n" for i in range(400))
+    for deep in ("a: " + "[" * 5000 + "]" * 5000, block):
+        message = refused(lambda deep=deep: load_config(write(tmp_path, deep)), "--config")
+        assert "YAML nested deeper than 100 levels" in message
+    message = refused(lambda: apply_overrides(base(), ["data.x=" + "[" * 3000]), "data.x")
+    assert message.startswith("--set value is refused at line 1, column 101")
+    # An alias whose anchor holds it would expand forever.
+    message = refused(lambda: load_config(write(tmp_path, "data: &a {x: *a}\n")), "--config")
+    assert "YAML alias *a is used inside its own anchor" in message
+    assert "inside its own anchor" in refused(
+        lambda: apply_overrides(base(), ["data=&a [1, *a]"]), "data"
+    )
+    big = write(tmp_path, "name: x\n" + "#" * (1 << 20))
+    assert refused(lambda: load_config(big), "--config") == f"{big} is larger than 1 MiB, the limit"
+    png = write(tmp_path, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    assert refused(lambda: load_config(png), "--config") == (
+        f"{png} is not UTF-8 text (byte 0x89 at offset 0)"
+    )
+    nul = write(tmp_path, "name: x\x00")
+    assert refused(lambda: load_config(nul), "--config") == (
+        f"{nul} is not YAML text: character #x0000 at offset 7 is not allowed"
+    )
+    huge = write(tmp_path, "seed: 1" + "0" * 5000)
+    assert "Exceeds the limit (4300 digits)" in refused(lambda: load_config(huge), "--config")
+    date = write(tmp_path, "name: x\nseed: 2020-13-45\n")
+    assert refused(lambda: load_config(date), "--config").endswith(
+        "at line 2, column 7: month must be in 1..12"
+    )
+
+
+def test_yaml_within_the_limits_loads_saves_and_loads_again(tmp_path):
+    """99 levels and 2000 aliases are fine, through every walk of a config and its saving."""
+    deep = "data: {x: " + "[" * 97 + "]" * 97 + "}\n"
+    aliases = "model: {x: &x [1, 2], y: [" + ", ".join(["*x"] * 1999) + "]}\n"
+    text = yaml.safe_dump(base()) + deep + aliases
+    config = load_config(write(tmp_path, text), ["seed=3"])
+    again = parse_config(yaml.safe_load(config.to_yaml()))
+    assert again.raw == config.raw and len(config.model["y"]) == 1999
+
+
+def test_api_values_that_yaml_could_not_give_are_refused():
+    deep = [[]]
+    for _ in range(150):
+        deep = [deep]
+    loop = {"a": 1}
+    loop["self"] = loop
+    with pytest.raises(ConfigError) as info:
+        stagegan.load({**base(), "data": {"x": deep}})
+    assert info.value.key == "config" and "nested deeper than 100 levels" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        stagegan.load(base(), {"data": loop})
+    assert info.value.key == "data" and "holds itself" in info.value.message
+
+
+def test_a_saved_config_reads_back_as_it_was():
+    """Strings that stagegan's loader reads as numbers (`1e-4`) are quoted when saved, and
+    YAML's `!!pairs` become lists, so a run folder's config.yaml loads as the run had it."""
+    raw = apply_overrides(base(), ["name='1e-4'", "data={x: '2e3', y: !!pairs [a: 1]}"])
+    config = parse_config(raw)
+    assert config.name == "1e-4" and config.data == {"x": "2e3", "y": [["a", 1]]}
+    again = parse_config(yaml_load(config.to_yaml()))
+    assert again.raw == config.raw
+
+
+def test_names_in_error_keys_stay_on_one_line():
+    for changes, key in (
+        ({"data\nx": 1}, "'data\\nx'"),
+        ({"checkpoint": {"a\rb": 1}}, "checkpoint.'a\\rb'"),
+        ({"optimizers": {"d\n": {"type": "nope"}}}, "optimizers.'d\\n'.type"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_config(base(**changes))
+        assert info.value.key == key, info.value.key
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(base(), ["data.a\x85b=1"])
+    assert info.value.key == "--set" and "malformed key path" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "changes, key",
+    [
+        ({"seed": 2**32}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"samples": {"seed": 2**40}}, "samples.seed"),
+    ],
+)
+def test_seeds_are_32_bit(changes, key):
+    with pytest.raises(ConfigError) as info:
+        parse_config(base(**changes))
+    assert info.value.key == key
+    assert parse_config(base(seed=2**32 - 1, samples={"seed": 0})).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize(
+    "item, key, words",
+    [
+        ("stages[0].steps=5", "stages[0]", "--set: the config has no stages list to index"),
+        ("stages[+]={}", "stages[+]", "--set: the config has no stages list to append to"),
+    ],
+)
+def test_set_into_stages_of_a_config_without_them(item, key, words):
+    raw = base()
+    del raw["stages"]
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(raw, [item])
+    assert (info.value.key, info.value.message) == (key, words)
+
+
+def test_set_into_a_list_says_what_is_wrong():
+    for item, key, message in (
+        ("stages[2].steps=5", "stages[2]", "index out of range: stages has 2 items (stages[0] to "),
+        ("stages[-3]={}", "stages[-3]", "index out of range: stages has 2 items"),
+        ("stages[0].updates[1].every=2", "stages[0].updates[1]", "stages[0].updates has 1 items"),
+        ("name[0]=x", "name[0]", "--set: name is not a list. Received: 't'"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            apply_overrides(base(), [item])
+        assert info.value.key == key and message in info.value.message, info.value.message
+    # A negative index counts from the end, as in Python.
+    assert parse_config(apply_overrides(base(), ["stages[-1].steps=9"])).stages[1].steps == 9

@@ -47,6 +47,7 @@ def test_custom_generator_is_built_under_its_scope_and_trained():
         ({"generator": "custom_networks:three_outputs"}, ["maps (4,) to shape [3]", "needs [2]"]),
         ({"generator": "custom_networks:wrong_input"}, ["cannot take inputs of shape (4,)"]),
         ({"generator": "custom_networks:not_a_model"}, ["returned Dense, not a keras.Model"]),
+        ({"generator": "custom_networks:raises"}, ["raised KeyError: 'width_multiplier'"]),
         ({"discriminator": "custom_networks:nope"}, ["has no attribute 'nope'"]),
         ({"discriminator": "no_such_module:d"}, ["cannot import module 'no_such_module'"]),
         ({"generator": "custom_networks"}, ["expected 'package.module:function'"]),
@@ -75,3 +76,41 @@ def test_a_task_may_branch_on_tensors_in_python():
     )
     want = loss(plain)
     assert want > 0 and loss(branching) == pytest.approx(2 * want)
+
+
+class Builders:
+    @staticmethod
+    def wide(task):
+        return wide_builder(task)
+
+
+def wide_builder(task):
+    import custom_networks
+
+    return custom_networks.wide(task)
+
+
+def test_objects_given_to_the_api_are_recorded_under_names_a_new_process_can_import(caplog):
+    """A top-level function and a static method are recorded as importable names; a lambda
+    or a local function is found in this process (with a warning), and in a new process
+    (its registry empty) is one ConfigError naming the key, not an AttributeError."""
+    from stagegan import tasks
+
+    local = lambda task: wide_builder(task)  # noqa: E731 - the case under test
+    names = tasks.register_objects({"a": wide_builder, "b": Builders.wide, "c": local})
+    assert names["a"] == "test_custom_models:wide_builder"
+    assert names["b"] == "test_custom_models:Builders.wide"
+    assert "<lambda>" in names["c"]
+    assert "only this process can find" in caplog.text
+    assert tasks.load_object(names["c"], "model.generator") is local
+    saved = dict(tasks.REGISTERED)
+    tasks.REGISTERED.clear()  # as in a new process
+    try:
+        assert tasks.load_object(names["a"], "model.generator") is wide_builder
+        assert tasks.load_object(names["b"], "model.generator") is Builders.wide
+        with pytest.raises(ConfigError) as error:
+            tasks.load_object(names["c"], "model.generator")
+        assert error.value.key == "model.generator"
+        assert "no other process can import it" in str(error.value)
+    finally:
+        tasks.REGISTERED.update(saved)

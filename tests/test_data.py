@@ -152,3 +152,153 @@ def test_check_options():
         data.check_options(options(source="lsun"))
     with pytest.raises(ConfigError, match="data.channels"):
         data.check_options(options(channels=2))
+
+
+# Hardening round 3: files that are not regular, names that are not UTF-8, sizes, classes.
+
+SPECIAL_FILES = """
+import json, os, sys
+import numpy as np
+from stagegan import data, prepare
+
+folder, out = sys.argv[1], sys.argv[2]
+opts = {**data.DEFAULTS, "source": "folder", "path": folder, "size": 8}
+listing = data.list_folder(opts)
+special = [os.path.join(folder, name) for name in ("fifo.png", "null.png")]
+source = data.ImageSource(opts, 0, 4)
+batches = [source.batch(4, None)["x"].numpy() for _ in range(12)]  # 2 epochs and more
+result = prepare.prepare(folder, out, 8)
+print(json.dumps({
+    "files": len(listing.files),
+    "skipped": sorted(listing.skipped),
+    "opened": data.decode_files(special, 8, 3)[1].tolist(),  # when opening: never blocks
+    "read": [data.read_regular_file(name) for name in special] == [b"", b""],
+    "values": sorted({int(v) for b in batches for v in np.round((b[:, 0, 0, 0] + 1) * 127.5)}),
+    "prepared": [result.images, result.skipped],
+}))
+"""
+
+
+def test_files_that_are_not_regular_are_skipped_never_opened(tmp_path):
+    """A fifo named like an image blocked every reader forever: now it is left out when the
+    folder is listed (and refused when opened), as an unreadable file is. Run in a subprocess
+    with a timeout, so that a reader that blocks fails the test instead of hanging it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from clihelp import ROOT
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(20):
+        write_png(folder / f"{i:02d}.png", np.full((8, 8, 3), 10 * i, np.uint8))
+    os.mkfifo(folder / "fifo.png")
+    (folder / "null.png").symlink_to(os.devnull)  # a device, behind a link
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-c", SPECIAL_FILES, str(folder), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["files"] == 20
+    assert report["skipped"] == [str(folder / "fifo.png"), str(folder / "null.png")]
+    assert report["opened"] == [False, False] and report["read"]
+    assert report["values"] == [10 * i for i in range(20)]
+    assert report["prepared"] == [20, 2]
+    assert "skipped unreadable image" in result.stderr and "not a regular file" in result.stderr
+
+
+def test_names_that_are_not_utf8_train_and_print(tmp_path, caplog):
+    """File and class folder names are bytes to the OS: a name that is not UTF-8 is read
+    like any other, and printed with `\\xNN` escapes."""
+    import os
+
+    import yaml
+
+    from stagegan import prepare as preparing
+
+    folder = tmp_path / "images"
+    root = os.fsencode(folder)
+    os.mkdir(root)
+    for name, value in ((b"bad\xff", 200), (b"ok", 40)):
+        os.mkdir(os.path.join(root, name))
+        for i in range(3):
+            path = os.path.join(root, name, b"x\xfe%d.png" % i)
+            with open(path, "wb") as f:
+                f.write(tf.io.encode_png(np.full((8, 8, 3), value, np.uint8)).numpy())
+    with open(os.path.join(root, b"ok", b"broken\xff.png"), "wb") as f:
+        f.write(b"not a png")
+    opts = options(source="folder", path=str(folder), size=4, labels="subfolders")
+    with caplog.at_level("WARNING", logger="stagegan"):
+        source = data.ImageSource(opts, 0, 2)
+        batches = [source.batch(2, None) for _ in range(6)]  # every file, and some twice
+    assert source.classes == ["bad\\xff", "ok"]
+    assert source.class_counts.tolist() == [3, 4]
+    pixels = {
+        (int(y), int(round((x[0, 0, 0] + 1) * 127.5)))
+        for batch in batches
+        for x, y in zip(batch["x"].numpy(), batch["y"].numpy(), strict=True)
+    }
+    assert pixels == {(0, 200), (1, 40)}  # the bad\xff class, read and labelled
+    (warning,) = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert f"{folder}/ok/broken\\xff.png" in warning
+    warning.encode("ascii")  # prints on any terminal
+    result = preparing.prepare(folder, tmp_path / "out", 4, labels=True)
+    assert (result.images, result.skipped, result.class_counts) == (6, 1, (3, 3))
+    text = preparing.describe(result)
+    text.encode("ascii")
+    assert yaml.safe_load(text)["data"]["classes"] == ["bad\\xff", "ok"]
+
+
+def test_a_class_without_a_readable_image_is_refused(tmp_path):
+    """As a class without files: the generator would be taught a class it never sees. A
+    class whose first files are unreadable but a later one is not trains."""
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "dog").mkdir()
+    for i in range(4):
+        write_png(tmp_path / "cat" / f"{i}.png", np.full((4, 4, 3), 9, np.uint8))
+    for i in range(20):
+        (tmp_path / "dog" / f"{i:02d}.png").write_bytes(b"not a png")
+    opts = options(source="folder", path=str(tmp_path), size=4, labels="subfolders")
+    with pytest.raises(ConfigError) as info:
+        data.ImageSource(opts, 0, 2)
+    assert info.value.key == "data.path"
+    assert info.value.message == (
+        f"class 'dog' has no readable image among its 20 files ({tmp_path}/dog)"
+    )
+    write_png(tmp_path / "dog" / "19.png", np.full((4, 4, 3), 9, np.uint8))  # the last file
+    assert data.ImageSource(opts, 0, 2).class_counts.tolist() == [4, 20]
+
+
+def test_sizes_that_cannot_fit_are_refused_before_anything_allocates(monkeypatch):
+    from stagegan import memory
+    from stagegan import prepare as preparing
+
+    monkeypatch.setattr(memory, "physical_memory", lambda: 16 * 10**9)
+    cases = [
+        ({"size": 1_000_000}, 32, "data.size", "1000000"),
+        ({"count": 10**9}, 32, "data.count", "1000000000"),
+        ({"size": 256, "count": 10**6}, 32, "data.size", "256"),  # would fit at 64 px
+        ({}, 10**9, "batch_size", "1000000000"),
+    ]
+    for changes, batch_size, key, received in cases:
+        with pytest.raises(ConfigError) as info:
+            data.ImageSource(options(**changes), 0, batch_size)
+        assert info.value.key == key, info.value
+        assert info.value.message.startswith("would need about ")
+        assert info.value.message.endswith(f"this machine has 16.0 GB. Received: {received}")
+    data.check_memory(options(size=1024, count=1000), 32, 1000)  # 1024 px: 3.8 GB, fits
+    with pytest.raises(ConfigError) as info:
+        preparing.check_arguments(".", "unused", size=100_000)
+    assert str(info.value) == (
+        "--size: would need about 480.0 GB of memory (16 images of 100000 px decoded at a "
+        "time); this machine has 16.0 GB. Received: 100000"
+    )
+    monkeypatch.setattr(memory, "physical_memory", lambda: 2 * 10**9)
+    preparing.check_arguments(".", "unused", size=1024)  # 21 images at a time: 66 MB

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
-from stagegan.plan import describe_plan
+from stagegan.planning import describe_plan
 from stagegan.tasks.base import make_generator
 from stagegan.tasks.mog2d import mode_centres
 from stagegan.training import Trainer

@@ -197,3 +197,41 @@ def test_command_line(tmp_path):
     )
     assert_user_error(refused, "FOLDER: no such folder")
     assert not (tmp_path / "o").exists()
+
+
+def test_sigterm_removes_the_partial_folder(tmp_path):
+    """SIGTERM, as Ctrl-C, removes `OUTPUT.partial-<pid>` and ends with status 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from clihelp import ROOT
+
+    folder = tmp_path / "many"  # 1,500 names of one 512 px image: seconds of decoding
+    folder.mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, (512, 512, 3), dtype=np.uint8)
+    (folder / "0000.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    for i in range(1, 1500):
+        os.link(folder / "0000.png", folder / f"{i:04d}.png")
+    output = tmp_path / "out"
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "stagegan", "prepare", str(folder), "--output", str(output)]
+    process = subprocess.Popen(
+        [*command, "--size", "16"], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.partial-*")):
+            assert process.poll() is None and time.monotonic() < deadline, "no partial folder"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    lines = err.decode().strip().splitlines()
+    assert process.returncode == 143, err.decode()
+    assert lines[-1] == "stagegan: prepare stopped by SIGTERM; its partial output was removed"
+    assert "Traceback" not in err.decode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many"]  # no out, no partial

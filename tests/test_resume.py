@@ -265,7 +265,7 @@ def test_truncated_latest_checkpoint_is_named_and_never_skipped_silently(toy_run
     assert str(error.value) == (
         f"--resume: the latest checkpoint {run_dir}/checkpoints/ckpt-00000007 is damaged: "
         f"ckpt-00000007.data-00000-of-00001 is 100 bytes, {size} when written (truncated or "
-        "corrupt); to resume from the previous good one, pass --checkpoint 6"
+        "corrupt); to use the previous good one, pass --checkpoint 6"
     )
     assert plan_resume(run_dir, checkpoint="6").step == 6  # only when asked
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

@@ -8,8 +8,10 @@ at the same step, with the same weights.
 
 import json
 import logging
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,13 +19,14 @@ import yaml
 from clihelp import ROOT, inprocess
 from toytask import G_UPDATE, finished_run, read_checkpoint, two_stage_config
 
+import stagegan
 from stagegan.config import parse_config
 from stagegan.loop import make_tick
 from stagegan.losses import AccuracyMonitor, discriminator_accuracy
 from stagegan.schedule import Schedule
 from stagegan.steps import StepOutput
 from stagegan.training import monitors_of
-from stagegan.until import Conditions
+from stagegan.until import Conditions, never_checked
 
 TIME_FIELDS = ("time", "wall_time", "examples_per_sec")
 G2 = {"type": "adam", "learning_rate": 0.02}
@@ -85,6 +88,12 @@ def test_extended_run_is_bit_identical_to_the_longer_config_from_the_start(tmp_p
     entries = [json.loads((run / "checkpoints/index.json").read_text()) for run in (short, longer)]
     states = [{e["step"]: e["until"] for e in index["checkpoints"]} for index in entries]
     assert states[0][11] == states[1][11] and states[1][11]["count"] == 5  # joint's 5 steps
+    finals = [
+        [e["step"] for e in index["checkpoints"] if "final" in e["tags"]] for index in entries
+    ]
+    assert finals == [[11], [11]]  # the old end (step 5) lost its `final` on the extension
+    resumed = records(short / "resume.jsonl", drop=())
+    assert resumed[0]["no_longer_final"] == ["ckpt-00000005"]
     saved = yaml.safe_load((short / "config.yaml").read_text())
     assert [s["name"] for s in saved["stages"]] == ["d_only", "joint", "g_more", "d_more"]
     assert saved["stages"][1]["steps"] == 5 and saved["optimizers"]["g2"] == G2
@@ -191,6 +200,44 @@ def test_plan_shows_the_condition(tmp_path):
     ) in result.stdout
 
 
+def test_plan_warns_of_an_until_that_is_never_checked(tmp_path):
+    """Checked every 40 steps of a 30-step stage, the condition never is: a warning line
+    under the stage, from the command and the API alike (not an error)."""
+    raw = until_config(0.5)
+    raw["stages"][0]["until"]["check_every"] = 40
+    path = tmp_path / "until.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = inprocess("plan", "--config", path)
+    assert result.returncode == 0, result.stderr
+    warning = (
+        "  warning: stages[0].until.check_every: 40 is more than the stage's 30 steps, so the "
+        "condition is never checked and the stage runs all its steps"
+    )
+    assert warning in result.stdout.splitlines()
+    assert warning in stagegan.plan(raw).splitlines()
+    assert "warning" not in stagegan.plan(until_config(0.5))
+
+
+@pytest.mark.parametrize(
+    "steps, check_every, min_steps, first",
+    [(30, 40, 0, 40), (30, 7, 29, 35), (30, 30, 0, None), (30, 7, 28, None), (30, 1, 0, None)],
+)
+def test_never_checked_by_hand(steps, check_every, min_steps, first):
+    """Checks fall at multiples of check_every; those before min_steps do not count. 7, 29:
+    the first that counts would be 35 > 30. 7, 28: 28 counts."""
+    raw = until_config(0.5)
+    raw["stages"][0]["steps"] = steps
+    raw["stages"][0]["until"].update(check_every=check_every, min_steps=min_steps)
+    warning = never_checked(parse_config(raw).stages[0])
+    if first is None:
+        assert warning is None
+    else:
+        assert warning.startswith(f"stages[0].until.check_every: {check_every} ")
+        assert ("more than the stage's" if first == check_every else f"would be at {first}") in (
+            warning
+        )
+
+
 def test_an_ended_until_stage_cannot_be_extended_and_later_stages_move(until_runs):
     whole, _, _ = until_runs
     result = inprocess("train", "--resume", whole, "--set", "stages[0].steps=40")
@@ -273,3 +320,71 @@ def test_built_in_tasks_log_accuracy_beside_their_discriminator_loss():
 
     update = parse_config(until_config()).stages[0].updates[0]
     assert monitors_of(Mog2D, update) == ("d_real_accuracy", "d_fake_accuracy")
+
+
+STUCK = """
+import sys
+from stagegan.cli import main
+from stagegan.loop import StopSignals
+StopSignals.GRACE = 2.0  # the test's patience; 10 s in a real run
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_step_that_never_finishes_still_stops_on_sigterm(tmp_path):
+    """Real batches that block forever inside step 5 (a py_function sleeping, where Python's
+    signal handler cannot run): SIGTERM still ends the run after the grace period, with one
+    line naming the stuck step and the newest checkpoint, status 143."""
+    raw = two_stage_config("stuck", 0, 2, 20, samples=None)
+    raw["task"] = "toytask:blocking_factory"
+    raw["data"] = {"block_after": 4}  # draws 1-4: steps 1-4; step 5 blocks
+    config = tmp_path / "stuck.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-c", STUCK, "train", "--config", str(config), "--run-dir", str(run_dir)],
+        cwd=ROOT / "tests",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    index = run_dir / "checkpoints" / "index.json"
+    deadline = time.monotonic() + 120
+    while not (index.exists() and '"step": 4' in index.read_text()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(process.communicate()[1])
+        time.sleep(0.2)
+    time.sleep(1.0)  # inside step 5 by now, for good
+    process.send_signal(signal.SIGTERM)
+    began = time.monotonic()
+    try:
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert time.monotonic() - began < 15
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (
+        "stagegan: error: SIGTERM: step 5 did not finish within 2 s; stopped without it (the "
+        f"newest checkpoint is step 4; continue with: python -m stagegan train --resume {run_dir})"
+    )
+    steps = [e["step"] for e in json.loads(index.read_text())["checkpoints"]]
+    assert steps[-1] == 4  # nothing of the stuck step was written
+
+
+def test_until_decides_the_same_in_a_two_worker_run(tmp_path, threshold):
+    """Two real worker processes (`launch --workers 2`) compute the same averaged metrics,
+    so both end the `until` stage at the step computed by hand (12), in step with each
+    other (a disagreement would hang their collectives), and the run finishes at 15."""
+    from clihelp import stagegan
+
+    (tmp_path / "until.yaml").write_text(yaml.safe_dump(until_config(threshold)))
+    (tmp_path / "tmp").mkdir()
+    args = ["launch", "--workers", "2", "--config", "until.yaml", "--run-dir", "run"]
+    result = stagegan(*args, cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    index = json.loads((tmp_path / "run/checkpoints/index.json").read_text())["checkpoints"]
+    tags = {e["step"]: e["tags"] for e in index}
+    assert tags[CHECK * ENDS_AT_CHECK] == ["stage_end:d_only"]
+    assert tags[15] == ["final", "stage_end:joint"]
+    assert index[-1]["until"]["ends"] == {"d_only": 12}

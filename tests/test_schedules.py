@@ -10,7 +10,7 @@ from toytask import D_UPDATE, G_UPDATE, optimizers, toy_config
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
 from stagegan.optimizers import describe, schedule
-from stagegan.plan import describe_plan
+from stagegan.planning import describe_plan
 from stagegan.resume import check_changes
 from stagegan.training import Trainer
 

@@ -181,3 +181,30 @@ class BranchingToyTask(ToyTask):
 
 def branching_factory(options, rngs):
     return BranchingToyTask(options, rngs)
+
+
+class BlockingToyTask(ToyTask):
+    """The toy task whose real batches block forever after `data.block_after` draws, as a
+    reader stuck on a fifo or a dead network mount would: inside the step,
+    where Python's signal handlers cannot run."""
+
+    defaults = {**ToyTask.defaults, "data": {**ToyTask.defaults["data"], "block_after": 4}}
+
+    def real_batch(self, batch_size):
+        batch = super().real_batch(batch_size)
+        draw = self.draws.assign_add(1)
+
+        def wait(draw):
+            if int(draw) > self.data["block_after"]:
+                import time
+
+                time.sleep(3600)
+            return draw
+
+        waited = tf.py_function(wait, [draw], tf.int64)
+        waited.set_shape([])
+        return {**batch, "x": batch["x"] + 0.0 * tf.cast(waited, tf.float32)}
+
+
+def blocking_factory(options, rngs):
+    return BlockingToyTask(options, rngs)

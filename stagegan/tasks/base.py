@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan import losses, pictures
+from stagegan.config import format_key_path
 from stagegan.data import ImageSource, reference_pool
 from stagegan.errors import ConfigError
 from stagegan.layers import pack, unpack
@@ -240,7 +241,16 @@ class Task:
             raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
         label = path or f"the built-in {scope}"
         with keras.name_scope(scope):
-            network = builder(self)
+            try:
+                network = builder(self)
+            except ConfigError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a user's builder may raise anything
+                if path is None:  # the built-in networks: a bug, with its traceback
+                    raise
+                text = str(e).strip()
+                first = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+                raise ConfigError(key, f"{label} raised {first}") from None
         if not isinstance(network, keras.Model):
             raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
         several = isinstance(inputs, list)
@@ -394,7 +404,7 @@ def merge_options(options, defaults):
     """Merge the config's task options over `defaults`, checking names and types.
 
     A default of None accepts any value; a float default accepts ints; otherwise the value must
-    have the default's type.
+    have the default's type (null included).
     """
     merged = {}
     for section, section_defaults in defaults.items():
@@ -402,9 +412,10 @@ def merge_options(options, defaults):
         for key, value in given.items():
             if key not in section_defaults:
                 known = ", ".join(section_defaults) or "none"
-                raise ConfigError(f"{section}.{key}", f"unknown key (known: {known})")
+                where = format_key_path((section, key))
+                raise ConfigError(where, f"unknown key (known: {known})")
             default = section_defaults[key]
-            if default is None or value is None:
+            if default is None:  # any value (None included) is the task's to check
                 continue
             if isinstance(default, bool) or isinstance(value, bool):
                 ok = isinstance(default, bool) and isinstance(value, bool)

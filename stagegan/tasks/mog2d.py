@@ -84,7 +84,8 @@ class Mog2D(Task):
         super().__init__(options, rngs)
         layout = choice(self.data, "data", "layout", tuple(LAYOUT_STD))
         std = self.data["std"] if self.data["std"] is not None else LAYOUT_STD[layout]
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0:
+        # An int beyond any float (10**400) would overflow `float(std)` below.
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < 1e308:
             raise ConfigError("data.std", f"must be a positive number. Received: {std!r}")
         for key in ("latent_dim", "hidden", "layers", "pack"):
             positive(self.model, "model", key)

@@ -2,6 +2,7 @@
 
 from stagegan.data import tfrecord_label_counts
 from stagegan.optimizers import describe
+from stagegan.until import never_checked
 from stagegan.variables import count_parameters, scope_of
 
 
@@ -78,6 +79,9 @@ def describe_plan(trainer):
         )
         if stage.until is not None:
             lines.append(f"  until: {stage.until.describe()}; at most {stage.steps} steps")
+            warning = never_checked(stage)
+            if warning is not None:
+                lines.append(f"  warning: {warning}")
         lines += describe_augment(stage, config)
         for plan in stage_step.plans:
             update = plan.update
