@@ -219,10 +219,10 @@ class Evaluation:
             **realism.density_coverage(real_features, fake_features, k=min(5, largest_k)),
         }
 
-    def c2st(self, real_images, fake_images):
+    def c2st(self, real_images, fake_images, local=False):
         """`{"c2st", "c2st_std"}`: the classifier two-sample test (`realism.c2st`) between
-        two image sets, with this evaluation's seed."""
-        return realism.c2st(real_images, fake_images, seed=self.seed)
+        two image sets, with this evaluation's seed (`local`: its local-defect network)."""
+        return realism.c2st(real_images, fake_images, seed=self.seed, local=local)
 
     @property
     def features_name(self):

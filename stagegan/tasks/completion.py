@@ -211,7 +211,10 @@ class Completion(ImageTask):
         * `structure`, `sharpness`: the local structure (gradient and Laplacian magnitudes)
           in the holes against the same images whole (`metrics.structure_metrics`);
         * `c2st`: a classifier's held-out accuracy telling completed images from the same
-          images whole (0.5: it cannot; `stagegan.realism.c2st`), with its spread;
+          images whole (0.5: it cannot; 1: it always can), with its spread: it sees the
+          crop around each hole (the discriminator's local crop) with the mask as a
+          channel, the same for both, so it judges the fill against the pixels that
+          were there (`stagegan.realism.c2st`, its local network);
         * `fid`: the Fréchet distance between the features of the completed images and of
           the same images whole (0 for a perfect completion; a blurred or implausible fill
           raises it), on `evaluation.features()` (`features` names them);
@@ -224,12 +227,18 @@ class Completion(ImageTask):
         x, mask = inputs["x"], inputs["mask"]
         truth = (x + 1.0) / 2.0
         realism = evaluation.uses_features
+        marked = 2.0 * mask - 1.0  # the mask as a channel, in [-1, 1]
+
+        def hole_crops(images):
+            both = tf.constant(np.concatenate([images, marked], -1))
+            return self.crops(both, tf.constant(inputs["crop_offset"])).numpy()
+
         real_features = evaluation.features(x) if realism else None
 
         def score(completed):
             values = metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
             values.update(metrics.structure_metrics(truth, (completed + 1.0) / 2.0, mask))
-            values.update(evaluation.c2st(x, completed))
+            values.update(evaluation.c2st(hole_crops(x), hole_crops(completed), local=True))
             if realism:
                 fake_features = evaluation.features(completed)
                 values["fid"] = metrics.frechet_distance(real_features, fake_features)
