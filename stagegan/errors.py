@@ -76,3 +76,10 @@ class PeerLost(RunStopped):
 
     status = 4
     key_name = "multi_worker"
+
+
+def first_line(error):
+    """An exception's message cut to its first line (its type's name when it has none): what
+    a one-line error quotes of what TensorFlow, Keras or a user's code raised."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

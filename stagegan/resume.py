@@ -28,9 +28,9 @@ from pathlib import Path
 
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, format_key_path, parse_config
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 from stagegan.logs import append_jsonl, tensorboard_session_start
-from stagegan.runs import first_line, pick_checkpoint, run_config
+from stagegan.runs import pick_checkpoint, run_config
 from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
 from stagegan.until import stage_ends

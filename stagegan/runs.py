@@ -18,7 +18,7 @@ import numpy as np
 from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, parse_config, read_yaml
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 from stagegan.until import stage_ends
 
 EVAL_LOG = "eval.jsonl"
@@ -143,11 +143,6 @@ def read_checkpoint(checkpoint, path, key):
         return checkpoint.read(path)
     except Exception as e:  # noqa: BLE001 - DataLossError, OpError, IndexError, ...
         raise ConfigError(key, f"cannot restore {path}: {first_line(e)}") from None
-
-
-def first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def resolve_init(config):

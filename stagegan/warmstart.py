@@ -20,9 +20,8 @@ import logging
 
 import tensorflow as tf
 
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 from stagegan.replicas import is_rng_state
-from stagegan.runs import first_line
 from stagegan.variables import select_variables
 
 log = logging.getLogger("stagegan")

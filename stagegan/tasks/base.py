@@ -36,7 +36,7 @@ import tensorflow as tf
 from stagegan import losses, pictures
 from stagegan.config import format_key_path
 from stagegan.data import ImageSource, reference_pool
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 from stagegan.layers import pack, unpack
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
@@ -248,8 +248,8 @@ class Task:
             except Exception as e:  # noqa: BLE001 - a user's builder may raise anything
                 if path is None:  # the built-in networks: a bug, with its traceback
                     raise
-                text = str(e).strip()
-                first = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+                first = first_line(e)
+                first = first if first == type(e).__name__ else f"{type(e).__name__}: {first}"
                 raise ConfigError(key, f"{label} raised {first}") from None
         if not isinstance(network, keras.Model):
             raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
@@ -258,9 +258,8 @@ class Task:
         try:
             result = network(zeros if several else zeros[0], training=False)
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigError(
-                key, f"{label} cannot take inputs of shape {inputs}: {first}"
+                key, f"{label} cannot take inputs of shape {inputs}: {first_line(e)}"
             ) from None
         got = tuple(np.shape(result))[1:]
         if got != tuple(output) and not (tuple(output) == (1,) and got == ()):
