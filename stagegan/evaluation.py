@@ -10,10 +10,12 @@ feature extractors for FID and KID. The maths lives in `stagegan.metrics` and
 """
 
 import contextlib
+import hashlib
 import io
 import logging
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -267,6 +269,7 @@ class Evaluation:
 
 SHAPES = "shapes"
 INCEPTION = "inception"
+INCEPTION_2015 = "inception2015"
 SELFSUP = "selfsup"
 
 
@@ -285,6 +288,9 @@ def describe_features(spec):
         return "selfsup (rotation net on this run's reference images)"
     if spec.startswith(INCEPTION + ":"):
         return f"InceptionV3 ({spec[len(INCEPTION) + 1 :]})"
+    if spec.startswith(INCEPTION_2015 + ":"):
+        path, _ = _split_sha256(spec[len(INCEPTION_2015) + 1 :])
+        return f"Inception 2015-12-05 pool_3 ({path})"
     return spec
 
 
@@ -300,6 +306,10 @@ def load_extractor(spec, key, reference_images=None, seed=0):
         inception                InceptionV3 with ImageNet weights (downloaded once by Keras)
         inception:PATH           InceptionV3 with the weights file at PATH (an offline copy
                                  of Keras's `..._notop.h5`)
+        inception2015:PATH       the TensorFlow Inception graph of 2015-12-05 at PATH
+                                 (`classify_image_graph_def.pb`), fed as the papers' FID
+                                 code feeds it (`load_inception_2015`); a `#sha256=HEX`
+                                 suffix checks the file first
         package.module:function  a function returning a `keras.Model` (or any callable) that
                                  takes images in [-1, 1] at the run's size
     InceptionV3 sees images resized to 299x299, grey repeated to RGB, and gives 2048-d
@@ -317,6 +327,9 @@ def load_extractor(spec, key, reference_images=None, seed=0):
         return realism.selfsup_extractor(reference_images, seed)
     if spec == INCEPTION or spec.startswith(INCEPTION + ":"):
         return _inception(spec[len(INCEPTION) + 1 :] or None, key)
+    if spec.startswith(INCEPTION_2015 + ":"):
+        path, sha256 = _split_sha256(spec[len(INCEPTION_2015) + 1 :])
+        return load_inception_2015(path, key, sha256)
     from stagegan.tasks import load_object
 
     builder = load_object(spec, key)
@@ -334,8 +347,7 @@ def _inception(path, key):
         "notop.h5 (a local copy), or to package.module:function naming a Keras feature "
         "extractor that maps images in [-1, 1] to features"
     )
-    if key == "eval.features":
-        hint += ", or turn evaluation off with eval: null"
+    hint += _eval_off_hint(key)
     if path is not None and not os.path.isfile(path):
         raise ConfigError(key, f"no weights file {path}; {hint}")
     try:
@@ -361,6 +373,185 @@ def _inception(path, key):
             images = tf.repeat(images, 3, axis=-1)
         images = tf.image.resize(images, [INCEPTION_SIDE, INCEPTION_SIDE])
         return model(images, training=False)  # InceptionV3 expects [-1, 1]
+
+    return extract
+
+
+def _eval_off_hint(key):
+    return ", or turn evaluation off with eval: null" if key == "eval.features" else ""
+
+
+# The Inception graph of the FID papers ------------------------------------------------------
+
+INCEPTION_2015_URL = "http://download.tensorflow.org/models/image/imagenet/inception-2015-12-05.tgz"
+# Node names in `classify_image_graph_def.pb`: TTUR's fid.py imports the graph under
+# `FID_Inception_Net/` and feeds `ExpandDims:0` (the decoded JPEG, float, [N, H, W, 3] in
+# 0..255), so the graph's own ResizeBilinear (TF1: no half-pixel centres) takes it to 299.
+INCEPTION_2015_SCOPE = "FID_Inception_Net"
+INCEPTION_2015_INPUT = "ExpandDims"
+INCEPTION_2015_OUTPUT = "pool_3"  # [N, 1, 1, 2048]
+_SHA256_SUFFIX = re.compile(r"#sha256=([^#]*)$")
+
+
+def _split_sha256(text):
+    """`PATH#sha256=HEX` -> `(PATH, HEX)`; plain `PATH` -> `(PATH, None)`."""
+    match = _SHA256_SUFFIX.search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()], match.group(1).lower()
+
+
+def to_uint8(images):
+    """Images [N, H, W, C] in [-1, 1] -> uint8 [N, H, W, 3], quantised as stylegan2-ada's
+    metrics quantise a generator's output: `x * 127.5 + 128`, clipped to [0, 255] and
+    truncated (so rounded to the nearest level: a uint8 image scaled to [-1, 1] by
+    `u / 127.5 - 1`, as `stagegan.data` reads real images, comes back exactly). Grey is
+    repeated to RGB."""
+    images = np.asarray(images, np.float32)
+    pixels = np.clip(images * 127.5 + 128, 0, 255).astype(np.uint8)
+    if pixels.shape[-1] == 1:
+        pixels = np.repeat(pixels, 3, axis=-1)
+    return pixels
+
+
+def upgrade_graph_def(graph_def):
+    """A copy of a 2015 `graph_def` that TensorFlow 2's function runtime runs, at any batch size:
+
+    * each `BatchNormWithGlobalNormalization` node (an op removed from GraphDef version 9 on,
+      which a TF1 session of the old graph's version still ran) becomes the same arithmetic in
+      current ops, in the kernel's order: `(t - m) * (rsqrt(v + eps) * gamma) + beta`
+      (`* gamma` only with `scale_after_normalization`); the last op keeps the node's name,
+      so its consumers stay connected;
+    * recorded `_output_shapes` (batch 1, from one decoded JPEG) are dropped, so the shapes
+      follow from the images fed.
+    """
+    new = tf.compat.v1.GraphDef()
+    new.versions.CopyFrom(graph_def.versions)
+    new.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.op != "BatchNormWithGlobalNormalization":
+            copy = new.node.add()
+            copy.CopyFrom(node)
+            if "_output_shapes" in copy.attr:
+                del copy.attr["_output_shapes"]
+            continue
+        t, mean, variance, beta, gamma = [i for i in node.input if not i.startswith("^")]
+        controls = [i for i in node.input if i.startswith("^")]
+        dtype = tf.dtypes.as_dtype(node.attr["T"].type)
+        epsilon = _add_node(new, node, "_epsilon", "Const", [])
+        del epsilon.attr["T"]
+        epsilon.attr["dtype"].type = dtype.as_datatype_enum
+        epsilon.attr["value"].tensor.CopyFrom(
+            tf.make_tensor_proto(node.attr["variance_epsilon"].f, dtype)
+        )
+        shifted = _add_node(new, node, "_variance", "Add", [variance, epsilon.name])
+        scale = _add_node(new, node, "_rsqrt", "Rsqrt", [shifted.name])
+        if node.attr["scale_after_normalization"].b:
+            scale = _add_node(new, node, "_scale", "Mul", [scale.name, gamma])
+        centred = _add_node(new, node, "_centred", "Sub", [t, mean])
+        scaled = _add_node(new, node, "_scaled", "Mul", [centred.name, scale.name])
+        _add_node(new, node, None, "Add", [scaled.name, beta, *controls])
+    return new
+
+
+def _add_node(graph_def, like, suffix, op, inputs):
+    """A node `op(inputs)` added to `graph_def`, named `like.name/suffix` (or `like.name`),
+    on `like`'s device and of its type `T`."""
+    node = graph_def.node.add(name=f"{like.name}/{suffix}" if suffix else like.name, op=op)
+    node.input.extend(inputs)
+    node.device = like.device
+    node.attr["T"].CopyFrom(like.attr["T"])
+    return node
+
+
+def load_inception_2015(path, key, sha256=None):
+    """The `pool_3` features of the 2015-12-05 TensorFlow Inception graph, as TTUR's fid.py
+    (the reference FID), stylegan2-ada's metrics and clean-fid's `legacy_tensorflow` mode
+    compute them.
+
+    Images are quantised to uint8 (`to_uint8`) and fed, as float values in 0..255 at their
+    own size, to the graph's `ExpandDims:0`; the graph resizes them to 299x299 itself with
+    TF1's bilinear resize (`align_corners=False`, no half-pixel centres) and scales them to
+    [-1, 1]. No TensorFlow session: the GraphDef is imported into a
+    `tf.compat.v1.wrap_function` and pruned to `pool_3:0`.
+
+    Args:
+        path: the `classify_image_graph_def.pb` file (inside `INCEPTION_2015_URL`).
+        key: the flag or config key that named it (for errors).
+        sha256: the file's expected SHA-256 (hex), or None not to check.
+
+    Returns:
+        A callable images [N, H, W, C] in [-1, 1] -> features [N, 2048] (numpy).
+
+    Raises:
+        ConfigError: on `key` when the file is missing, unreadable, not the expected one (by
+            `sha256`), not a GraphDef, lacks `ExpandDims` or `pool_3`, or does not run.
+    """
+    hint = (
+        f"set {key} to {INCEPTION_2015}:/path/to/classify_image_graph_def.pb, the file in "
+        f"{INCEPTION_2015_URL}{_eval_off_hint(key)}"
+    )
+    if sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ConfigError(key, f"#sha256= takes 64 hex digits. Received: {sha256!r}")
+    if not os.path.isfile(path):
+        raise ConfigError(key, f"no graph file {path}; {hint}")
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path} ({e.strerror}); {hint}") from None
+    if sha256 is not None and (found := hashlib.sha256(data).hexdigest()) != sha256:
+        raise ConfigError(
+            key, f"{path} has sha256 {found}, not the {sha256} given (another or damaged file)"
+        )
+    graph_def = tf.compat.v1.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, or anything: one message
+        raise ConfigError(
+            key, f"{path} is not a TensorFlow GraphDef ({type(e).__name__}); {hint}"
+        ) from None
+    names = {node.name for node in graph_def.node}
+    missing = [n for n in (INCEPTION_2015_INPUT, INCEPTION_2015_OUTPUT) if n not in names]
+    if missing:
+        raise ConfigError(
+            key,
+            f"{path} has no {' and no '.join(n + ':0' for n in missing)}: not the Inception "
+            f"graph of 2015-12-05; {hint}",
+        )
+    try:
+        graph_def = upgrade_graph_def(graph_def)
+    except Exception as e:  # noqa: BLE001 - a malformed node: one message
+        raise ConfigError(
+            key, f"{path} has a malformed batch normalisation node ({type(e).__name__}); {hint}"
+        ) from None
+
+    def import_graph(images):
+        (features,) = tf.compat.v1.import_graph_def(
+            graph_def,
+            input_map={f"{INCEPTION_2015_INPUT}:0": images},
+            return_elements=[f"{INCEPTION_2015_OUTPUT}:0"],
+            name=INCEPTION_2015_SCOPE,
+        )
+        return features
+
+    try:
+        imported = tf.compat.v1.wrap_function(
+            import_graph, [tf.TensorSpec([None, None, None, 3], tf.float32)]
+        )
+        # Pruned to pool_3, so the graph's JPEG decoder (and its unfed input) never runs.
+        run = imported.prune(imported.inputs[0], imported.outputs[0])
+        run(tf.zeros([1, 8, 8, 3]))  # fails here, not in the middle of an evaluation
+    except Exception as e:  # noqa: BLE001 - unknown ops, wrong dtypes or shapes: one message
+        raise ConfigError(
+            key,
+            f"{path} does not import or run as the Inception graph ({type(e).__name__}); {hint}",
+        ) from None
+
+    def extract(images):
+        pixels = tf.constant(to_uint8(images), tf.float32)
+        features = run(pixels).numpy()
+        return features.reshape(len(features), -1)
 
     return extract
 
