@@ -10,6 +10,12 @@ one `train` process per host with its own `TF_CONFIG` (see the README).
 and no worker starts). A new run's folder is picked there (the next `runs/NNNNN-name` unless
 `--run-dir` says), so every worker names the same one.
 
+On a GPU host each worker gets GPUs of its own (`--gpus-per-worker N`: worker i sees GPUs
+i*N .. i*N+N-1 through `CUDA_VISIBLE_DEVICES`; by default the visible GPUs are shared out
+evenly) and `TF_FORCE_GPU_ALLOW_GROWTH=true`, so no worker takes every GPU's memory. Without
+GPUs (`nvidia-smi` lists none) the workers' environment is the launcher's, as before.
+The GPUs are counted without importing TensorFlow (`host_gpus`).
+
 When a worker fails, the others stop by themselves: TensorFlow's collective operations abort
 when a peer is gone (stagegan turns that into one line naming the lost peer). Any worker still
 running `grace` seconds later is terminated. The exit status is that of the first worker to
@@ -18,6 +24,7 @@ fail (128 + N for a signal), or 0.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,13 +32,105 @@ import sys
 import threading
 import time
 
+from stagegan.errors import ConfigError
+
 MULTI_WORKER = "devices.strategy=multi_worker"
+# The number of GPUs `host_gpus` reports instead of asking `nvidia-smi` (for tests).
+GPU_COUNT_VARIABLE = "STAGEGAN_GPU_COUNT"
 
 
-def launch(workers, worker_args, grace=60.0):
+def launch(workers, worker_args, grace=60.0, gpus=None):
     """Run `train worker_args` as `workers` local worker processes; returns the exit status.
-    The arguments were checked by the caller (`cli.cmd_launch`)."""
-    return Cluster(workers, worker_args, grace).run()
+    The arguments were checked by the caller (`cli.cmd_launch`); `gpus`: each worker's GPU
+    ids (`assign_gpus`), or None to leave the environment as it is."""
+    return Cluster(workers, worker_args, grace, gpus).run()
+
+
+def host_gpus(environ=None):
+    """The ids of the NVIDIA GPUs this process may use, found without TensorFlow: the GPUs
+    `nvidia-smi -L` lists (or `STAGEGAN_GPU_COUNT` says), narrowed by `CUDA_VISIBLE_DEVICES`
+    when it is set ("" or -1: none). Returns a list of strings (CUDA's ids)."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = []
+        for item in visible.split(","):  # as CUDA reads it: up to the first invalid id
+            item = item.strip()
+            if not item or item.startswith("-"):
+                break
+            ids.append(item)
+        if not ids:
+            return []
+    count = _gpu_count(environ)
+    if visible is None:
+        return [str(i) for i in range(count)]
+    return ids if count else []
+
+
+def _gpu_count(environ):
+    override = environ.get(GPU_COUNT_VARIABLE)
+    if override is not None:
+        return int(override)
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def assign_gpus(workers, per_worker, available):
+    """Each worker's GPU ids: worker i gets `available[i*per_worker : (i+1)*per_worker]`.
+
+    Args:
+        workers: the number of worker processes.
+        per_worker: `--gpus-per-worker` (an int >= 0), or None: the visible GPUs shared out
+            evenly (none when there are none).
+        available: the GPU ids this process may use (`host_gpus`).
+
+    Returns:
+        A list of `workers` lists of ids, or None (no GPUs: the environment is left alone).
+
+    Raises:
+        ConfigError: a negative count, or fewer GPUs than `workers * per_worker`.
+    """
+    if per_worker is None:
+        if not available:
+            return None
+        if len(available) < workers:
+            raise ConfigError(
+                "--gpus-per-worker",
+                f"{workers} workers but only {_gpus(len(available))} visible; pass "
+                "--gpus-per-worker 0 to run the workers on the CPU, or use fewer workers",
+            )
+        per_worker = len(available) // workers
+    if per_worker < 0:
+        raise ConfigError("--gpus-per-worker", f"must be 0 or more. Received: {per_worker}")
+    if workers * per_worker > len(available):
+        raise ConfigError(
+            "--gpus-per-worker",
+            f"{workers} workers with {_gpus(per_worker)} each need {_gpus(workers * per_worker)}, "
+            f"but only {_gpus(len(available))} visible",
+        )
+    return [available[i * per_worker : (i + 1) * per_worker] for i in range(workers)]
+
+
+def _gpus(count):
+    return f"{count} GPU{'' if count == 1 else 's'}"
+
+
+def worker_env(environ, addresses, index, gpus=None):
+    """The environment of worker `index`: the launcher's, with its `TF_CONFIG` and, when
+    `gpus` (from `assign_gpus`) is given, only its own GPUs, with memory growth (so that
+    workers sharing a machine do not each reserve every GPU's memory)."""
+    env = dict(environ, TF_CONFIG=tf_config(addresses, index))
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index])
+        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    return env
 
 
 def free_ports(count):
@@ -57,10 +156,11 @@ def tf_config(addresses, index):
 class Cluster:
     """The worker processes of one launch."""
 
-    def __init__(self, workers, args, grace):
+    def __init__(self, workers, args, grace, gpus=None):
         self.args = args
         self.grace = grace
         self.count = workers
+        self.gpus = gpus
         self.processes = []
         self.threads = []
 
@@ -79,7 +179,7 @@ class Cluster:
                 thread.join(timeout=5)
 
     def _start(self, addresses, index):
-        env = dict(os.environ, TF_CONFIG=tf_config(addresses, index))
+        env = worker_env(os.environ, addresses, index, self.gpus)
         command = [sys.executable, "-m", "stagegan", "train", *self.args]
         piped = subprocess.PIPE if index else None  # the chief's output passes straight through
         process = subprocess.Popen(

@@ -1,12 +1,19 @@
-"""Mixed precision (`devices.mixed_precision: true`): the policy, and dynamic loss scaling.
+"""Mixed precision (`devices.mixed_precision`): the policy, and dynamic loss scaling.
 
-The networks are built under Keras's `mixed_float16` policy when the towers are GPUs and
-`mixed_bfloat16` on CPUs (which have no fast float16): layers compute in 16 bits and keep
-float32 variables. Loss terms are cast to float32.
+    mixed_precision   Keras policy                               loss scaling
+    false             float32                                    none
+    float16           mixed_float16                              dynamic
+    bfloat16          mixed_bfloat16                             none
+    true              mixed_float16 when every tower is a GPU,   dynamic (kept as it was,
+                      mixed_bfloat16 on CPUs                     so old runs resume)
 
-Each optimizer gets a `LossScale`. Its update's loss is multiplied by the scale before
-differentiating and the gradients divided by it again, so small float16 gradients do not
-underflow. The scale adapts, as in Keras's `LossScaleOptimizer`:
+Under a mixed policy layers compute in 16 bits and keep float32 variables; loss terms are
+cast to float32. bfloat16 has float32's exponent range, so its gradients do not underflow and
+it needs no loss scale (Ampere and later GPUs, TPUs; CPUs run it fast only under XLA).
+
+With float16 each optimizer gets a `LossScale`. Its update's loss is multiplied by the scale
+before differentiating and the gradients divided by it again, so small float16 gradients do
+not underflow. The scale adapts, as in Keras's `LossScaleOptimizer`:
 
 * a step whose loss terms are finite but whose gradients are not (an overflow of the scaled
   gradients) is skipped, like a NaN-guard skip, and halves the scale (down to 1);
@@ -32,6 +39,32 @@ def policy_name(towers):
     if towers and all("GPU" in name.upper() for name in towers):
         return "mixed_float16"
     return "mixed_bfloat16"
+
+
+def policy_of(setting, towers):
+    """The Keras dtype policy of `devices.mixed_precision: setting` (None for false)."""
+    if setting is False:
+        return None
+    if setting is True:
+        return policy_name(towers)
+    return f"mixed_{setting}"
+
+
+def loss_scaled(setting, policy):
+    """Whether the optimizers get a `LossScale`: under float16 (and `true`, as before)."""
+    return policy is not None and (setting is True or policy == "mixed_float16")
+
+
+def cpu_warning(policy, towers, jit):
+    """A line when bfloat16 runs on CPU towers without XLA (measured 8x slower than float32
+    for the DCGAN pair), else None. (float16 without a GPU: `placement.gpu_warning`.)"""
+    if policy != "mixed_bfloat16" or jit or not any("CPU" in t.upper() for t in towers):
+        return None
+    return (
+        "devices.mixed_precision on CPUs computes in bfloat16, which CPUs run far slower "
+        "than float32 without XLA (measured 8x for the DCGAN pair); "
+        "add devices.jit: true, or leave mixed precision to GPUs"
+    )
 
 
 @contextlib.contextmanager

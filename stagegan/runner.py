@@ -40,6 +40,8 @@ def start(config, run_dir=None, chief=True):
     if run_dir and chief:
         check_new_run_dir(run_dir)
     trainer = Trainer(config)
+    if chief:
+        announce(trainer.placement)
     if init_prefix is not None:
         warm_start(trainer, init_prefix)
     if chief:
@@ -70,6 +72,8 @@ def resume(run_dir, overrides=(), checkpoint=None, chief=None):
     if chief is None:
         chief = is_chief(plan.config, plan.run_dir)
     trainer = Trainer(plan.config, plan.ends, plan.until)
+    if chief:
+        announce(trainer.placement)
     trainer.trace(from_step=plan.step)
     restore(trainer, plan)
     if chief:
@@ -80,6 +84,14 @@ def resume(run_dir, overrides=(), checkpoint=None, chief=None):
     commit(plan, log)
     train(trainer, plan.run_dir)
     return plan.run_dir
+
+
+def announce(placement):
+    """Say where the run computes (one line), and warn when GPUs were asked for but none is
+    seen (a broken CUDA install would otherwise train on the CPU without a word)."""
+    log.info("%s", placement.describe())
+    if placement.warning:
+        log.warning("warning: %s", placement.warning)
 
 
 def worker(trainer, run_dir):
