@@ -2,9 +2,10 @@
 
 Trains a config twice from the same seed, with the same stages and steps:
   * as given;
-  * with the adversarial terms of its generator updates removed (completion: g_adversarial;
-    unconditional and mog2d: g_loss). An update left with no term is dropped; the
-    discriminator still trains, so everything else (steps, batches, noise) stays the same.
+  * with the adversarial terms of its generator updates removed (completion: g_adversarial
+    and feature_matching; unconditional and mog2d: g_loss). An update left with no term is
+    dropped; the discriminator still trains, so everything else (steps, batches, noise) stays
+    the same.
 Then evaluates the last checkpoint of each with `python -m stagegan eval --json`, prints both
 rows and their difference, and, with `--keep`, writes `with.png` and `without.png` (the same
 held-out inputs) next to the runs.

@@ -131,15 +131,17 @@ class Augmenter:
 def apply_ops(images, uniforms, ops, p):
     """Apply `ops` in order; op i reads its gate and numbers from its columns of `uniforms`.
 
-    An image takes op i where its gate column is below `p`. Every op is a differentiable
-    function of the images (gathers, masks, affine maps of the pixel values).
+    An image takes op i where its gate column is below `p` (one probability for every op,
+    or a sequence of one per op). Every op is a differentiable function of the images
+    (gathers, masks, affine maps of the pixel values).
     """
     images = tf.convert_to_tensor(images, tf.float32)
+    ps = tuple(p) if isinstance(p, (list, tuple)) else (p,) * len(ops)
     column = 0
-    for op, width in zip(ops, widths(ops), strict=True):
+    for op, width, op_p in zip(ops, widths(ops), ps, strict=True):
         u = uniforms[:, column : column + width]
         column += width
-        gate = u[:, 0] < p
+        gate = u[:, 0] < op_p
         images = OP_FUNCTIONS[op](images, u[:, 1:], gate)
     return images
 

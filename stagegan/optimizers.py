@@ -41,7 +41,8 @@ def make_optimizer(spec, key, name):
 
 def describe(spec):
     """`adam(beta_1=0.5, learning_rate=0.0001)`; a schedule reads
-    `learning_rate=linear(0.0005 -> 0 over 2000 iterations)`."""
+    `learning_rate=linear(0.0005 -> 0 over 2000 iterations)`; an optimizer scaled for lazy
+    updates says so: `... (lazy, every 16: learning rate x 16/17, betas ** 16/17)`."""
 
     def value(v):
         if isinstance(v, LearningRateSchedule):
@@ -49,7 +50,12 @@ def describe(spec):
         return f"{v:g}" if isinstance(v, float) else f"{v}"
 
     options = ", ".join(f"{k}={value(v)}" for k, v in spec.options)
-    return f"{spec.type}({options})"
+    text = f"{spec.type}({options})"
+    if spec.lazy:
+        n = spec.lazy
+        betas = f", betas ** {n}/{n + 1}" if "beta_1" in dict(spec.options) else ""
+        text += f" (lazy, every {n}: learning rate x {n}/{n + 1}{betas})"
+    return text
 
 
 def schedule(spec):

@@ -248,7 +248,7 @@ def restore(trainer, plan):
 def appended_objects(trainer, kept):
     """The checkpoint names of what only stages appended on this resume use (stages from
     index `kept` on): their own optimizers and loss scales, their updates' guard counters,
-    and the state of their own augmentation.
+    the state of their own augmentation and of loss terms no earlier stage used (LeCam's).
     They start fresh, as in a run given the longer config from the start. A named optimizer
     that existing stages use may not take on new variables: its state has no place for them.
 
@@ -287,6 +287,8 @@ def appended_objects(trainer, kept):
     for stage in stages[kept:]:
         if stage.augment is not None and stage.augment.key not in old_augment:
             fresh.update(trainer.augmenters[stage.augment.key].trackables())
+    old_state = trainer.task.term_state(trainer.config.used_terms(stages[:kept]))
+    fresh.update(set(trainer.task.term_state(trainer.config.used_terms())) - set(old_state))
     return fresh
 
 

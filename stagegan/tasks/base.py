@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, pictures
+from stagegan import losses, pictures, regularisers
 from stagegan.config import format_key_path
 from stagegan.data import ImageSource, reference_pool
 from stagegan.errors import ConfigError, first_line
@@ -92,6 +92,8 @@ class Task:
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
     augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
     augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
+    lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
+    consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -99,7 +101,36 @@ class Task:
         self.data = self.options["data"]
         self.model = self.options["model"]
         self.loss = self.options["loss"]
+        regularisers.check_options(self.loss)
         self.networks = {}
+
+    def prepare(self, updates, device=None):
+        """Make the state that the run's loss terms need, before `build`.
+
+        The trainer calls it once, with every `config.Update` of the run, on the variable
+        device (`device`) and outside any distribution strategy's scope, so the state is
+        plain variables there, as `augment:`'s are. The default makes LeCam's averages and
+        bCR's transform (`stagegan.regularisers`) when an update trains on those terms.
+
+        Raises:
+            ConfigError: a negative weight on a penalty that needs state.
+        """
+        self.lecam, self.consistency = regularisers.build(self, updates, device)
+
+    def observe(self, terms, applied):
+        """After an update applies (traced, on the variable device): `terms` are its loss and
+        monitor terms averaged over replicas, `applied` a bool tensor (False: skipped by the
+        NaN guard or by `every`). The default moves LeCam's averages."""
+        if self.lecam is not None:
+            self.lecam.observe(terms, applied)
+
+    def term_state(self, terms):
+        """The checkpointed state of loss terms `terms`, `{name: variable}`: restored by a
+        rollback with the networks, started fresh by a resume that appends the first stages
+        using them (`trackables` is what moves on: a data position)."""
+        if self.lecam is not None and "lecam" in terms:
+            return self.lecam.trackables()
+        return {}
 
     def build(self):
         """Build the networks; returns `{scope: keras.Model}`."""
@@ -114,8 +145,12 @@ class Task:
         return {}
 
     def batch(self, batch_size):
-        """Everything one update application consumes: real examples and random inputs."""
-        return {**self.real_batch(batch_size), **self.random_inputs(batch_size)}
+        """Everything one update application consumes: real examples and random inputs (and
+        bCR's random numbers, when it is on)."""
+        batch = {**self.real_batch(batch_size), **self.random_inputs(batch_size)}
+        if self.consistency is not None:
+            batch.update(self.consistency.draw(self.rngs.noise, batch_size))
+        return batch
 
     def losses(self, batch, terms):
         """Loss terms on one tower's shard. Must return at least the requested `terms`."""
@@ -139,7 +174,8 @@ class Task:
         return pack(self.augmenter(unpack(images, m), uniforms), m)
 
     def trackables(self):
-        """Extra objects to checkpoint (e.g. a data iterator)."""
+        """Extra objects to checkpoint (e.g. a data iterator); the state of loss terms is
+        `term_state`'s."""
         return {}
 
     def check_shard(self, batch_size, replicas):
@@ -345,8 +381,9 @@ class ImageTask(Task):
 
 
 def adversarial_losses(task, batch, terms):
-    """`d_loss`, `g_loss`, `gradient_penalty` and `r1` of a generator/discriminator pair whose
-    discriminator sees `task.pack` samples at once (1: one sample, no packing).
+    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `lecam` and the `bcr` terms
+    (`stagegan.regularisers`) of a generator/discriminator pair whose discriminator sees
+    `task.pack` samples at once (1: one sample, no packing).
 
     Real and generated samples are packed separately (`stagegan.layers.pack`), so every pack is
     all real or all generated. The gradient penalty interpolates whole packs (one weight per
@@ -379,12 +416,22 @@ def adversarial_losses(task, batch, terms):
 
     real_critic = critic_of(batch.get("y"), "real")
     fake_critic = critic_of(batch.get("fake_y"), "fake")
-    if {"d_loss", "g_loss", "gradient_penalty"} & set(terms):
+    # Terms that score real and (constant) generated samples with the discriminator.
+    scored = {"d_loss", *regularisers.TERMS, *regularisers.LECAM_MONITORS} & set(terms)
+    if {"g_loss", "gradient_penalty"} & set(terms) or scored:
         latent = [batch["z"], batch["fake_y"]] if conditional else batch["z"]
         fake = float32(task.generator(latent, training=True))
-    if "d_loss" in terms:
+    if scored:
+        held = tf.stop_gradient(fake)
         real_logits = real_critic(pack(x, m))
-        fake_logits = fake_critic(pack(tf.stop_gradient(fake), m))
+        fake_logits = fake_critic(pack(held, m))
+        scorers = (lambda s: real_critic(pack(s, m)), lambda s: fake_critic(pack(s, m)))
+        out.update(
+            regularisers.discriminator_terms(
+                task, terms, batch, (real_logits, fake_logits), scorers, (x, held)
+            )
+        )
+    if "d_loss" in terms:
         out["d_loss"] = task.d_loss(real_logits, fake_logits)
         out.update(task.d_accuracy(real_logits, fake_logits, terms))
     if "g_loss" in terms:

@@ -13,8 +13,15 @@ Loss terms:
         alpha = 0.0004 keeps its meaning) or "mean" (the mean over hole elements).
     d_adversarial       real images against completed ones (`loss.adversarial`)
     g_adversarial       the completion network's adversarial loss on completed images
+    feature_matching    the completion network's feature-matching loss (pix2pixHD, Wang et
+                        al. 2018; Salimans et al. 2016): for each hidden layer of the
+                        discriminator (the outputs of its LeakyReLU layers), the mean absolute
+                        difference between its activations on each real image and on the
+                        same image completed, summed over the layers
     r1                  R1 on real images, through both branches (weight it gamma / 2;
                         usable lazily with `every`)
+    lecam, bcr,         LeCam and balanced consistency on the discriminator (see
+    bcr_real, bcr_fake  `stagegan.regularisers`), real images against completed ones
 
 Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
 (fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
@@ -28,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, metrics, pictures
+from stagegan import losses, metrics, pictures, regularisers
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.layers import conv2d, dense
@@ -39,9 +46,21 @@ RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
 class Completion(ImageTask):
     name = "completion"
-    loss_terms = ("reconstruction", "reconstruction_l1", "d_adversarial", "g_adversarial", "r1")
-    generator_adversarial_terms = ("g_adversarial",)  # what benchmarks/ablation.py removes
-    monitor_terms = {"d_adversarial": losses.ACCURACY_TERMS}  # logged with it
+    loss_terms = (
+        "reconstruction",
+        "reconstruction_l1",
+        "d_adversarial",
+        "g_adversarial",
+        "feature_matching",
+        "r1",
+        *regularisers.TERMS,
+    )
+    # What benchmarks/ablation.py removes: every generator term that comes from the discriminator.
+    generator_adversarial_terms = ("g_adversarial", "feature_matching")
+    monitor_terms = {  # logged with them
+        "d_adversarial": losses.ACCURACY_TERMS,
+        "lecam": regularisers.LECAM_MONITORS,
+    }
     realism_metric = "fid"  # lower is better
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
@@ -54,7 +73,13 @@ class Completion(ImageTask):
             "generator": None,
             "discriminator": None,
         },
-        "loss": {"adversarial": "non_saturating", "reconstruction": "l2", "reduction": "sum"},
+        "loss": {
+            "adversarial": "non_saturating",
+            "reconstruction": "l2",
+            "reduction": "sum",
+            **regularisers.LECAM_DEFAULTS,
+            **regularisers.BCR_DEFAULTS,
+        },
     }
 
     def __init__(self, options, rngs):
@@ -103,6 +128,7 @@ class Completion(ImageTask):
                 [(size, size, channels), (crop, crop, channels)],
                 (1,),
             )
+        self.discriminator_features = feature_extractor(self.discriminator)
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -122,18 +148,34 @@ class Completion(ImageTask):
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
 
-    def score(self, images, batch, side="real"):
-        """The discriminator's float32 logits for `images` of one shard `batch`: the images go
+    def discriminator_inputs(self, images, batch, side):
+        """What the discriminator sees of `images` of one shard `batch`: the images go
         through the stage's augmentation first (`augment:`, with the batch's random numbers
         of `side`); the GLCIC discriminator also sees their crops at the batch's
         `crop_offset`, the patch discriminator the batch's holes."""
         images = self.augment(images, batch, side)
         if self.model["discriminator_type"] == "patch":
-            return float32(
-                self.discriminator(tf.concat([images, batch["mask"]], -1), training=True)
+            return tf.concat([images, batch["mask"]], -1)
+        return [images, self.crops(images, batch["crop_offset"])]
+
+    def score(self, images, batch, side="real"):
+        """The discriminator's float32 logits for `images` (see `discriminator_inputs`)."""
+        return float32(
+            self.discriminator(self.discriminator_inputs(images, batch, side), training=True)
+        )
+
+    def features(self, images, batch):
+        """The discriminator's hidden activations (float32, one tensor a layer) for `images`.
+        Real and completed images both take the batch's "fake" augmentation, so that each
+        pair is compared under the same transform."""
+        if self.discriminator_features is None:
+            raise ConfigError(
+                "loss.feature_matching",
+                "needs a functional discriminator with LeakyReLU layers (their outputs are "
+                "the features); model.discriminator has none",
             )
-        crops = self.crops(images, batch["crop_offset"])
-        return float32(self.discriminator([images, crops], training=True))
+        inputs = self.discriminator_inputs(images, batch, "fake")
+        return [float32(f) for f in self.discriminator_features(inputs, training=True)]
 
     def losses(self, batch, terms):
         x, mask = batch["x"], batch["mask"]
@@ -148,13 +190,24 @@ class Completion(ImageTask):
             out["reconstruction"] = reconstruction(x, raw, mask, self.loss["reduction"])
         if "reconstruction_l1" in terms:
             out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
-        if "d_adversarial" in terms:
+        scored = {"d_adversarial", *regularisers.TERMS, *regularisers.LECAM_MONITORS}
+        if scored & set(terms):
+            held = tf.stop_gradient(completed)
             real_logits = self.score(x, batch)
-            fake_logits = self.score(tf.stop_gradient(completed), batch, "fake")
+            fake_logits = self.score(held, batch, "fake")
+            scorers = (lambda s: self.score(s, batch), lambda s: self.score(s, batch, "fake"))
+            outputs, images = (real_logits, fake_logits), (x, held)
+            out.update(
+                regularisers.discriminator_terms(self, terms, batch, outputs, scorers, images)
+            )
+        if "d_adversarial" in terms:
             out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
             out.update(self.d_accuracy(real_logits, fake_logits, terms))
         if "g_adversarial" in terms:
             out["g_adversarial"] = self.g_loss(self.score(completed, batch, "fake"))
+        if "feature_matching" in terms:
+            real = [tf.stop_gradient(f) for f in self.features(x, batch)]
+            out["feature_matching"] = feature_matching(real, self.features(completed, batch))
         return out
 
     def sample(self, inputs):
@@ -340,6 +393,43 @@ def patch_discriminator(task):
         h = layers.LeakyReLU(0.2)(conv2d(width * mult, 4, stride, f"patch{i}", norm)(h))
     logits = conv2d(1, 3, 1, "out", norm)(h)
     return keras.Model(x, logits, name="discriminator")
+
+
+def feature_extractor(network):
+    """A model with `network`'s inputs and the outputs of its LeakyReLU layers (the hidden
+    layers of the built-in discriminators), sharing its weights; None when `network` is not
+    a functional model or has no such layer."""
+    layers = [layer for layer in network.layers if isinstance(layer, keras.layers.LeakyReLU)]
+    if not layers:
+        return None
+    try:
+        return keras.Model(network.inputs, [layer.output for layer in layers])
+    except (AttributeError, ValueError):  # a subclassed model has no symbolic graph
+        return None
+
+
+def feature_matching(real_features, fake_features):
+    """Feature matching (pix2pixHD, Wang et al. 2018): the sum over layers of the mean
+    absolute difference between paired activations.
+
+    Args:
+        real_features, fake_features: lists of tensors of the same shapes, one per layer;
+            row i of each is the same image, real and completed.
+
+    Returns:
+        A float32 scalar.
+    """
+    if len(real_features) != len(fake_features) or not real_features:
+        raise ValueError(
+            "feature_matching needs one fake tensor per real one, and at least one. Received: "
+            f"{len(real_features)} real, {len(fake_features)} fake"
+        )
+    return tf.add_n(
+        [
+            tf.reduce_mean(tf.abs(tf.cast(r, tf.float32) - tf.cast(f, tf.float32)))
+            for r, f in zip(real_features, fake_features, strict=True)
+        ]
+    )
 
 
 def draw_holes(rng, batch_size, size, options, crop):

@@ -8,6 +8,7 @@ Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real points (weight it gamma / 2)
+    lecam               LeCam (Tseng et al. 2021; see `stagegan.regularisers`)
 `model.pack: m` shows the discriminator m points at once (PacGAN); `model.spectral_norm`
 normalises its layers (see `stagegan.layers`).
 """
@@ -18,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, metrics, pictures
+from stagegan import losses, metrics, pictures, regularisers
 from stagegan.errors import ConfigError
 from stagegan.layers import dense
 from stagegan.tasks.base import Task, adversarial_losses, choice, float32, positive
@@ -62,9 +63,12 @@ def discriminator(task):
 
 class Mog2D(Task):
     name = "mog2d"
-    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
+    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", "lecam")
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
-    monitor_terms = {"d_loss": losses.ACCURACY_TERMS}  # logged with it
+    monitor_terms = {  # logged with them
+        "d_loss": losses.ACCURACY_TERMS,
+        "lecam": regularisers.LECAM_MONITORS,
+    }
     realism_metric = "reverse_kl"  # lower is better
     defaults = {
         "data": {"layout": "ring", "std": None},
@@ -77,7 +81,7 @@ class Mog2D(Task):
             "generator": None,
             "discriminator": None,
         },
-        "loss": {"adversarial": "non_saturating"},
+        "loss": {"adversarial": "non_saturating", **regularisers.LECAM_DEFAULTS},
     }
 
     def __init__(self, options, rngs):

@@ -5,6 +5,9 @@ largest feature map. Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
+    lecam               LeCam (Tseng et al. 2021; `loss.lecam_decay`, `loss.lecam_start`)
+    bcr, bcr_real,      balanced consistency (Zhao et al. 2021; `loss.bcr_ops`), and its
+    bcr_fake            halves (see `stagegan.regularisers`)
 The interpolation weights of the gradient penalty are drawn with the global batch's noise, so
 the penalty does not depend on the number of towers. `model.pack: m` shows the discriminator m
 images at once, stacked along the channels (PacGAN); `model.spectral_norm` normalises its
@@ -21,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, pictures
+from stagegan import losses, pictures, regularisers
 from stagegan.data import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.layers import conv2d, dense
@@ -33,9 +36,12 @@ UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
 class Unconditional(ImageTask):
     name = "unconditional"
-    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1")
+    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", *regularisers.TERMS)
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
-    monitor_terms = {"d_loss": losses.ACCURACY_TERMS}  # logged with it
+    monitor_terms = {  # logged with them
+        "d_loss": losses.ACCURACY_TERMS,
+        "lecam": regularisers.LECAM_MONITORS,
+    }
     realism_metric = "fid"  # lower is better
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
@@ -50,7 +56,11 @@ class Unconditional(ImageTask):
             "generator": None,
             "discriminator": None,
         },
-        "loss": {"adversarial": "non_saturating"},
+        "loss": {
+            "adversarial": "non_saturating",
+            **regularisers.LECAM_DEFAULTS,
+            **regularisers.BCR_DEFAULTS,
+        },
     }
 
     def __init__(self, options, rngs):
