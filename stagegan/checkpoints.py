@@ -8,7 +8,8 @@ found before anything is restored from it (TensorFlow's own CRC32C checksums cat
 while restoring).
 
 Tags say why a checkpoint exists: `periodic` and `interrupted` ones rotate (the newest `keep`
-stay); `stage_end:<stage>` and `final` ones are never rotated away.
+stay); `stage_end:<stage>`, `final` and `best` (`checkpoint.keep_best`: one checkpoint at a
+time) ones are never rotated away.
 
 What a save can leave behind when it is interrupted (`ckpt-N_temp/` folders, files of a
 checkpoint the index does not list) is removed by `clean_up`, which a resumed run calls first.
@@ -112,11 +113,12 @@ class CheckpointStore:
         if previous is not None:  # the same state saved again: only the tags change
             tags = sorted(set(previous["tags"]) | set(tags))
             files = previous.get("files")
+            extra = {**previous, **(extra or {})}
         else:
             files = self._write(prefix)
         entries = [e for e in entries if e["step"] != step]
         entry = {"step": step, "prefix": prefix, "tags": sorted(tags), "files": files}
-        entries.append({**entry, **(extra or {})})
+        entries.append({**(extra or {}), **entry})
         entries.sort(key=lambda e: e["step"])
         rotating = [e for e in entries if set(e["tags"]) <= ROTATING]
         stale = rotating[: max(0, len(rotating) - self.keep)]
@@ -191,6 +193,31 @@ class CheckpointStore:
                 path.unlink()
             removed.append(path.name)
         return removed
+
+    def tagged(self, tag):
+        """The newest listed checkpoint with `tag`, or None."""
+        found = [e for e in self.entries() if tag in e["tags"]]
+        return found[-1] if found else None
+
+    def move_tag(self, tag, step):
+        """Give `tag` to the checkpoint of global step `step` (listed) alone: the others lose
+        it, and one left with no tag at all is unlisted and deleted (a `best` that was only
+        the best). Returns the prefixes deleted."""
+        entries = self.entries()
+        if not any(e["step"] == step for e in entries):
+            raise ValueError(f"no listed checkpoint at step {step}")
+        dropped = []
+        for entry in entries:
+            if entry["step"] == step:
+                entry["tags"] = sorted(set(entry["tags"]) | {tag})
+            elif tag in entry["tags"]:
+                entry["tags"] = [t for t in entry["tags"] if t != tag]
+                if not entry["tags"]:
+                    dropped.append(entry)
+        self._write_index([e for e in entries if e not in dropped])
+        for entry in dropped:
+            self._delete(entry["prefix"])
+        return [e["prefix"] for e in dropped]
 
     def untag(self, tag):
         """Take `tag` off every listed checkpoint (`final`, when a finished run is extended:

@@ -85,6 +85,13 @@ def build_parser():
         default=60.0,
         help="seconds the other workers get to stop by themselves after one fails (default 60)",
     )
+    launch.add_argument(
+        "--gpus-per-worker",
+        type=int,
+        default=None,
+        help="GPUs of each worker (CUDA_VISIBLE_DEVICES: worker i gets GPUs i*N..i*N+N-1; "
+        "0: CPU workers); default: the visible GPUs shared out evenly",
+    )
     launch.set_defaults(func=cmd_launch)
 
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
@@ -95,7 +102,8 @@ def build_parser():
         p.add_argument("--run", required=True, help="the run folder")
         p.add_argument(
             "--checkpoint",
-            help="a checkpoint: its global step, or its path (default: the newest)",
+            help="a checkpoint: its global step, best (checkpoint.keep_best's), or its path "
+            "(default: the newest)",
         )
         p.add_argument(
             "--no-ema", action="store_true", help="use the live weights even if the run has an EMA"
@@ -140,7 +148,9 @@ def build_parser():
         help="features for FID/KID and completion's realism metric: shapes (the built-in "
         "shapes classifier), selfsup (a rotation-prediction net trained on the run's own "
         "real images, offline), inception (ImageNet weights, downloaded), inception:PATH (a "
-        "local InceptionV3 weights file), or package.module:function returning a Keras model "
+        "local InceptionV3 weights file), inception2015:PATH (the 2015-12-05 Inception graph "
+        "classify_image_graph_def.pb: FID and KID as papers report them), or "
+        "package.module:function returning a Keras model "
         "that maps images in [-1, 1] to features (default: shapes on the shapes source, "
         "else inception)",
     )
@@ -284,10 +294,11 @@ def cmd_launch(args):
     """`launch --workers N [train arguments]`: check the arguments here (one line and exit
     status 2, and no worker starts), pick a new run's folder so every worker names the same
     one, then start the workers (`stagegan.launch`)."""
-    from stagegan.launch import MULTI_WORKER, launch
+    from stagegan.launch import MULTI_WORKER, assign_gpus, host_gpus, launch
 
     if args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
+    gpus = assign_gpus(args.workers, args.gpus_per_worker, host_gpus())
     worker_args = list(args.train_args)
     if worker_args[:1] == ["train"]:
         worker_args = worker_args[1:]
@@ -317,7 +328,7 @@ def cmd_launch(args):
             run_dir = create_run_dir(None, name=config.name)
             worker_args += ["--run-dir", str(run_dir)]
         worker_args += ["--set", MULTI_WORKER]
-    return launch(args.workers, worker_args, args.grace)
+    return launch(args.workers, worker_args, args.grace, gpus)
 
 
 def cmd_plan(args):

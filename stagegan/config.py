@@ -14,7 +14,7 @@ A run config (every key but `task`, `batch_size` and `stages` has a default):
     model: {}
     loss: {}
     batch_size: 256              # the global batch, split evenly across towers
-    devices: {towers: 1, variables: /CPU:0}
+    devices: {towers: auto, variables: auto}   # auto: CPU, one GPU, or mirrored over several
     optimizers: {g: {type: adam, learning_rate: 1.0e-4}}
     stages: alternating          # a file in stages/, a path, or an inline list
     checkpoint: {every: 1000, keep: 3}
@@ -60,15 +60,15 @@ TOP_LEVEL_DEFAULTS = {
     "data": {},
     "model": {},
     "loss": {},
-    "devices": {
-        "towers": 1,
-        "variables": "/CPU:0",
-        "strategy": "towers",
+    "devices": {  # `auto`: the layout that suits the visible devices (`placement`)
+        "towers": "auto",
+        "variables": "auto",
+        "strategy": "auto",
         "jit": False,
         "mixed_precision": False,
     },
     "optimizers": {},
-    "checkpoint": {"every": 1000, "keep": 3},
+    "checkpoint": {"every": 1000, "keep": 3, "keep_best": None},
     "log": {"every": 100, "tensorboard": True, "histograms": 0, "progress": "auto"},
     "samples": {"every": 500, "count": None, "seed": None, "ema": True},
     "ema": None,
@@ -108,14 +108,26 @@ AUGMENT_DEFAULTS = {
 }
 INHERIT = "inherit"  # a stage without `augment:` uses the run's
 UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode")
-UNTIL_KEYS += ("check_every", "min_steps")
+UNTIL_KEYS += ("check_every", "min_steps", "restore")
+KEEP_BEST_KEYS = ("metric", "mode")
 UNTIL_CHECK_EVERY = 100
 # Eval metrics whose direction `until: {eval: ...}` knows (the last part of the name);
 # any other needs `mode: min` or `mode: max`.
 LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl", "c2st", "structure")
 HIGHER_IS_BETTER = ("psnr", "ssim", "modes", "high_quality")
 HIGHER_IS_BETTER += ("precision", "recall", "density", "coverage")
-UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every")
+UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every", "lazy")
+# Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
+LAZY_DEFAULTS = {
+    "sgd": {"learning_rate": 0.01},
+    "adam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "adamw": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "rmsprop": {"learning_rate": 0.001},
+    "adagrad": {"learning_rate": 0.001},
+    "adamax": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "nadam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "lion": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.99},
+}
 STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 
 
@@ -165,6 +177,7 @@ class OptimizerSpec:
 
     type: str
     options: tuple  # sorted (name, value) pairs
+    lazy: int = 0  # n of the `lazy: true` updates it serves: options already scaled for it
 
     def kwargs(self):
         return dict(self.options)
@@ -177,11 +190,13 @@ class Update:
     Attributes:
         name: a label for logs, unique within the stage.
         train: glob patterns over Keras variable paths (`generator/*`).
-        loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms.
+        loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms
+            (for a lazy update, the config's weights times `every`).
         optimizer: key into `RunConfig.optimizers`.
         repeat: how many times it runs per stage step (sequential mode only).
         every: it runs only on stage steps divisible by `every`.
         key: where it sits in the config, for error messages.
+        lazy: StyleGAN2's lazy regularisation (`lazy: true`, see `_lazy_optimizers`).
     """
 
     name: str
@@ -191,6 +206,7 @@ class Update:
     repeat: int
     every: int
     key: str
+    lazy: bool = False
 
     def is_active(self, stage_step):
         """Whether this update runs on the given (0-based) step within its stage."""
@@ -218,6 +234,7 @@ class Until:
     check_every: int
     min_steps: int
     key: str
+    restore: object = None  # "best": the stage's end rolls back to the best checkpoint
 
     def describe(self):
         """`d/d_fake_accuracy (mean since the last check) > 0.9, checked every 100 steps`."""
@@ -231,7 +248,8 @@ class Until:
                 f"{self.min_delta:g} for {self.patience} checks"
             )
         after = f" from stage step {self.min_steps}" if self.min_steps else ""
-        return f"{text}, checked every {self.check_every} steps{after}"
+        restore = "; at its end, restore the best checkpoint" if self.restore else ""
+        return f"{text}, checked every {self.check_every} steps{after}{restore}"
 
 
 @dataclass(frozen=True)
@@ -292,16 +310,30 @@ class DevicesConfig:
     """`devices:` (defaults: `DEVICES_DEFAULTS`)."""
 
     towers: object  # int, "auto", or a tuple of device names
-    variables: str
-    strategy: str  # towers | mirrored | central_storage | multi_worker
+    variables: str  # a device name, or "auto"
+    strategy: str  # auto | towers | mirrored | central_storage | multi_worker
     jit: bool  # compile each replica's pass with XLA
-    mixed_precision: bool  # mixed_float16 (bfloat16 on CPU) with loss scaling
+    mixed_precision: object  # False | "float16" | "bfloat16" | True (see `precision`)
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
     every: int  # 0: only at stage ends and at the end of the run
     keep: int
+    keep_best: object = None  # a KeepBest, or None
+
+
+@dataclass(frozen=True)
+class KeepBest:
+    """`checkpoint.keep_best: {metric: fid, mode: min}`: the checkpoint of the best in-train
+    evaluation (`eval:`, or an `until` plateau's) is tagged `best` and never rotated away."""
+
+    metric: str
+    mode: str  # min | max: which way is better
+
+    def describe(self):
+        better = "lowest" if self.mode == "min" else "highest"
+        return f"keep best: the checkpoint of the {better} eval {self.metric}, tagged best"
 
 
 @dataclass(frozen=True)
@@ -416,6 +448,11 @@ class RunConfig:
     @property
     def total_steps(self):
         return sum(stage.steps for stage in self.stages)
+
+    def used_terms(self, stages=None):
+        """The loss terms the updates of `stages` (default: every stage) train on."""
+        chosen = self.stages if stages is None else stages
+        return {term for stage in chosen for update in stage.updates for term, _ in update.loss}
 
     def to_yaml(self):
         return yaml_dump(self.raw)
@@ -651,8 +688,9 @@ def parse_config(raw):
     }
     augment = _parse_augment(resolved["augment"], "augment")
     stages, optimizers, shared = _parse_stages(resolved["stages"], named, augment)
+    optimizers = _lazy_optimizers(stages, optimizers, shared)
     checkpoint = resolved["checkpoint"]
-    _check_keys(checkpoint, ("every", "keep"), "checkpoint")
+    _check_keys(checkpoint, ("every", "keep", "keep_best"), "checkpoint")
     log = resolved["log"]
     _check_keys(log, tuple(TOP_LEVEL_DEFAULTS["log"]), "log")
     if log["progress"] not in PROGRESS:
@@ -671,6 +709,8 @@ def parse_config(raw):
     task = _string(resolved["task"], "task")
     # Keep only the named optimizers that are used, so the saved config stays honest.
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
+    keep_best = _parse_keep_best(checkpoint.get("keep_best"))
+    _check_keep_best(keep_best, stages, resolved.get("eval"))
     return RunConfig(
         name=name,
         seed=check_seed(resolved["seed"], "seed"),
@@ -687,6 +727,7 @@ def parse_config(raw):
         checkpoint=CheckpointConfig(
             every=_integer(checkpoint["every"], "checkpoint.every", minimum=0),
             keep=_integer(checkpoint["keep"], "checkpoint.keep", minimum=1),
+            keep_best=keep_best,
         ),
         log=LogConfig(
             every=_integer(log["every"], "log.every", minimum=1),
@@ -957,11 +998,15 @@ def _parse_devices(value):
         raise ConfigError(
             "devices.strategy", f"must be one of {', '.join(STRATEGIES)}. Received: {strategy!r}"
         )
-    for key in ("jit", "mixed_precision"):
-        if not isinstance(devices[key], bool):
-            raise ConfigError(
-                f"devices.{key}", f"must be true or false. Received: {devices[key]!r}"
-            )
+    if not isinstance(devices["jit"], bool):
+        raise ConfigError("devices.jit", f"must be true or false. Received: {devices['jit']!r}")
+    precision = devices["mixed_precision"]
+    if not (isinstance(precision, bool) or precision in ("float16", "bfloat16")):
+        raise ConfigError(
+            "devices.mixed_precision",
+            "must be float16, bfloat16 or false (true: float16 on GPUs, bfloat16 on CPUs). "
+            f"Received: {precision!r}",
+        )
     return DevicesConfig(
         towers=towers,
         variables=_string(devices["variables"], "devices.variables"),
@@ -971,7 +1016,7 @@ def _parse_devices(value):
     )
 
 
-STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker")
+STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "auto")
 
 
 def _optional_section(resolved, key, defaults):
@@ -1223,6 +1268,53 @@ def _parse_stages(value, named, augment=None):
     return tuple(stages), optimizers, shared
 
 
+def _metric_mode(value, name, key):
+    """The `mode` of an eval metric (`value`, or the default its name implies)."""
+    last = name.rsplit("/", 1)[-1]
+    default = "min" if last in LOWER_IS_BETTER else "max" if last in HIGHER_IS_BETTER else None
+    mode = default if value is None else value
+    if mode not in ("min", "max"):
+        raise ConfigError(
+            f"{key}.mode",
+            f"must be min or max (which way {name!r} is better). Received: {mode!r}",
+        )
+    return mode
+
+
+def _parse_keep_best(value):
+    """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
+    if value is None:
+        return None
+    key = "checkpoint.keep_best"
+    if isinstance(value, str):
+        value = {"metric": value}
+    value = _mapping(value, key)
+    _check_keys(value, KEEP_BEST_KEYS, key)
+    if value.get("metric") is None:
+        raise ConfigError(f"{key}.metric", "required key is missing (an eval metric, e.g. fid)")
+    name = _string(value["metric"], f"{key}.metric")
+    return KeepBest(metric=name, mode=_metric_mode(value.get("mode"), name, key))
+
+
+def _check_keep_best(keep_best, stages, eval_section):
+    """`keep_best` needs evaluations to rank (`eval:` or an `until` plateau); `restore: best`
+    needs `keep_best`."""
+    plateaus = [s.until for s in stages if s.until is not None and s.until.eval]
+    if keep_best is not None and eval_section is None and not plateaus:
+        raise ConfigError(
+            "checkpoint.keep_best",
+            "needs evaluations in training to rank checkpoints: add eval: {every: N} (or an "
+            "until with eval)",
+        )
+    for stage in stages:
+        if stage.until is not None and stage.until.restore and keep_best is None:
+            raise ConfigError(
+                f"{stage.until.key}.restore",
+                "best needs checkpoint.keep_best (which metric makes a checkpoint the best), "
+                "e.g. checkpoint: {keep_best: {metric: fid}}",
+            )
+
+
 def _parse_until(value, key, steps):
     until = _mapping(value, key)
     _check_keys(until, UNTIL_KEYS, key)
@@ -1239,7 +1331,14 @@ def _parse_until(value, key, steps):
             "needs exactly one of metric (a threshold on a logged quantity) or eval (a plateau "
             f"of an evaluation metric). Received: {until!r}",
         )
-    fields = {"check_every": check_every, "min_steps": min_steps, "key": key}
+    restore = until.get("restore")
+    if restore not in (None, "best"):
+        raise ConfigError(
+            f"{key}.restore",
+            f"must be best (roll back to the best checkpoint at the stage's end) or null. "
+            f"Received: {restore!r}",
+        )
+    fields = {"check_every": check_every, "min_steps": min_steps, "key": key, "restore": restore}
     if kinds == ["metric"]:
         _check_unused(until, ("patience", "min_delta", "mode"), key, "metric")
         bounds = [b for b in ("above", "below") if until.get(b) is not None]
@@ -1257,14 +1356,7 @@ def _parse_until(value, key, steps):
         )
     _check_unused(until, ("above", "below"), key, "eval")
     name = _string(until["eval"], f"{key}.eval")
-    last = name.rsplit("/", 1)[-1]
-    default = "min" if last in LOWER_IS_BETTER else "max" if last in HIGHER_IS_BETTER else None
-    mode = until.get("mode", default)
-    if mode not in ("min", "max"):
-        raise ConfigError(
-            f"{key}.mode",
-            f"must be min or max (which way {name!r} is better). Received: {mode!r}",
-        )
+    mode = _metric_mode(until.get("mode"), name, key)
     min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
     if min_delta < 0:
         raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")
@@ -1314,6 +1406,7 @@ def _parse_update(value, key, mode, named, optimizers, shared):
     )
     repeat = _integer(update.get("repeat", 1), f"{key}.repeat", minimum=1)
     every = _integer(update.get("every", 1), f"{key}.every", minimum=1)
+    lazy, weights = _parse_lazy(update, key, every, weights)
     if mode == "simultaneous" and repeat != 1:
         raise ConfigError(
             f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
@@ -1343,7 +1436,92 @@ def _parse_update(value, key, mode, named, optimizers, shared):
         repeat=repeat,
         every=every,
         key=key,
+        lazy=lazy,
     )
+
+
+def _parse_lazy(update, key, every, weights):
+    """`(lazy, weights)`: `lazy: true` multiplies the loss weights by `every` (StyleGAN2's
+    gain: a regulariser run every n steps, n times as strong)."""
+    lazy = _boolean(update.get("lazy", False), f"{key}.lazy")
+    if not lazy:
+        return False, weights
+    if every < 2:
+        raise ConfigError(
+            f"{key}.lazy",
+            "needs every: n > 1 (a lazy regulariser runs every n steps, its loss x n). "
+            f"Received: every {every}",
+        )
+    return True, tuple((term, weight * every) for term, weight in weights)
+
+
+def _lazy_optimizers(stages, optimizers, shared):
+    """`optimizers` with the optimizer of every `lazy: true` update scaled as StyleGAN2 does
+    (stylegan2-ada-pytorch `training_loop.py`, `mb_ratio`): its learning rate times
+    c = n / (n + 1) and its betas raised to c, n the update's `every`.
+
+    The optimizer is the one the lazy update shares with the main update of its network:
+    over n stage steps it takes n + 1 steps (n main, 1 regulariser), and c makes them move
+    the weights and decay the moments as n steps would. Every update using it runs at the
+    scaled rate, as StyleGAN2's main phase does.
+
+    Raises:
+        ConfigError: on `lazy` when its optimizer is private, or is used by lazy updates
+            only (nothing to share the steps with), or by lazy updates of different `every`.
+    """
+    users = {}
+    for stage in stages:
+        for update in stage.updates:
+            users.setdefault(update.optimizer, []).append(update)
+    scaled = dict(optimizers)
+    for key, updates in users.items():
+        lazy = [u for u in updates if u.lazy]
+        if not lazy:
+            continue
+        first = lazy[0]
+        if key not in shared or len(lazy) == len(updates):
+            alone = "its optimizer is private"
+            if key in shared:
+                alone = f"optimizer {key!r} serves only lazy updates"
+            raise ConfigError(
+                f"{first.key}.lazy",
+                "scales the optimizer the update shares with the main update of its network "
+                f"(StyleGAN2: n + 1 optimizer steps per n batches), but {alone}; name an "
+                "optimizer from optimizers: that a non-lazy update of the same variables "
+                "uses too",
+            )
+        for other in lazy[1:]:
+            if other.every != first.every:
+                raise ConfigError(
+                    f"{other.key}.lazy",
+                    f"optimizer {key!r} is already scaled for {first.key} (every "
+                    f"{first.every}); lazy updates sharing it need the same every. "
+                    f"Received: every {other.every}",
+                )
+        scaled[key] = _lazy_spec(optimizers[key], first.every, format_key_path(("optimizers", key)))
+    return scaled
+
+
+def _lazy_spec(spec, every, key):
+    """`spec` with its learning rate times c = every / (every + 1) and its betas (Keras's
+    defaults where not given) raised to c; a schedule scales its `initial` and `final`."""
+    c = every / (every + 1)
+    options = dict(spec.options)
+    defaults = LAZY_DEFAULTS[spec.type]
+    rate = options.get("learning_rate", defaults["learning_rate"])
+    if isinstance(rate, LearningRateSchedule):
+        options["learning_rate"] = dataclasses.replace(
+            rate, initial=rate.initial * c, final=rate.final * c
+        )
+    else:
+        options["learning_rate"] = rate * c
+    for beta in ("beta_1", "beta_2"):
+        if beta in defaults:
+            value = _number(options.get(beta, defaults[beta]), f"{key}.{beta}")
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key}.{beta}", f"must be in [0, 1). Received: {value}")
+            options[beta] = value**c
+    return dataclasses.replace(spec, options=tuple(sorted(options.items())), lazy=every)
 
 
 def _check_keys(mapping, allowed, key):

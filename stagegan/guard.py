@@ -12,6 +12,13 @@ the interrupted one stopped.
 update, loss term, replicas), records it for `guard.jsonl`, and raises `GuardStop` when the
 policy says stop: under `stop` the first skip, under `skip` the `max_consecutive`-th step in
 a row on which one update was skipped.
+
+The train loop does not read the results every step (each read makes the host wait for the
+device): it `collect`s them and `flush`es at the steps where it reads anyway (log lines,
+checkpoints, `until` checks, samples, evaluations, stage ends). The counter of skips in a row
+lives in the graph, so the step that stops the run is the same; the steps run after it, up to
+the flush, write nothing (no checkpoint is written before the flush) and apply no non-finite
+update.
 """
 
 import logging
@@ -106,6 +113,7 @@ class Guard:
         self.labels = labels
         self.skipped = 0  # applications skipped in this process
         self.events = []  # records for RUN/guard.jsonl; `train` drains them
+        self.pending = []  # collected (stage, done, results), not read yet
 
     def check(self, stage, done, results):
         """After global step `done` of `stage`; `results`: `{update name: GuardResult}`.
@@ -113,8 +121,21 @@ class Guard:
         Raises:
             GuardStop: the policy is `stop`, or an update was skipped too often in a row.
         """
-        if self.config.policy == "off":
-            return
+        self.collect(stage, done, results)
+        self.flush()
+
+    def collect(self, stage, done, results):
+        """Keep a step's results, unread, for the next `flush`."""
+        if self.config.policy != "off":
+            self.pending.append((stage, done, results))
+
+    def flush(self):
+        """Read and act on the collected results, oldest first (see `check`)."""
+        pending, self.pending = self.pending, []
+        for stage, done, results in pending:
+            self._act(stage, done, results)
+
+    def _act(self, stage, done, results):
         for update in stage.updates:
             result = results[update.name]
             count = int(result.skipped)

@@ -8,7 +8,11 @@ in one list, in this order:
     Histograms    weight and gradient histograms (`log.histograms`, and every stage end)
     Samples       sample pictures (`samples.every`, and every stage end)
     Checkpoints   every `checkpoint.every` steps, every stage end, the end, and on a signal
-    Evaluation    `eval.every` steps and every stage end, after that step's checkpoint
+    Evaluation    `eval.every` steps and every stage end, after that step's checkpoint; with
+                  `checkpoint.keep_best`, a better result tags that step's checkpoint `best`
+    RestoreBest   the end of a stage whose `until` has `restore: best`: rolls the weights and
+                  optimizer state back to the `best` checkpoint, then writes the stage-end
+                  checkpoint (deferred by Checkpoints until then)
     LossPlots     plots/losses.png, redrawn at every stage end
 
 A `Tick` says where the loop is: the position, the global steps done after it, whether the
@@ -29,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
-from stagegan.errors import GuardStop, Interrupted, PeerLost, WriteError
+from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost, WriteError, first_line
 from stagegan.evaluation import Evaluation
 from stagegan.logs import (
     Progress,
@@ -140,7 +144,8 @@ def _loop(trainer, run_dir, store, signals, stop_after):
     schedule = trainer.schedule
     start = trainer.step_count
     conditions = Conditions(schedule, check_evaluation(trainer), trainer.until_state)
-    callbacks = make_callbacks(trainer, run_dir, store, signals, start, conditions)
+    keeper = BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start)
+    callbacks = make_callbacks(trainer, run_dir, store, signals, start, conditions, keeper)
     metrics, histograms = callbacks[0], callbacks[1]
     try:
         for position in schedule.positions(start):
@@ -148,18 +153,22 @@ def _loop(trainer, run_dir, store, signals, stop_after):
                 metrics.progress.stage_started(position, resumed=position.stage_step > 0)
             tick = make_tick(schedule, position)
             signals.step_started(position.global_step + 1)
-            try:
-                tick.output = trainer.step(position, with_gradients=histograms.due(tick))
-                signals.step_finished()
-            finally:
-                for event in trainer.guard.events:
-                    append_jsonl(run_dir / "guard.jsonl", event)
-                trainer.guard.events.clear()
+            tick.output = trainer.step(position, with_gradients=histograms.due(tick), check=False)
+            signals.step_finished()
+            stopping = stop_after is not None and tick.done - start >= stop_after
+            # Read from the device only where something is read anyway (see `Callback.reads`).
+            if stopping or conditions.checks(tick) or any(c.reads(tick) for c in callbacks):
+                try:
+                    trainer.guard.flush()
+                finally:
+                    for event in trainer.guard.events:
+                        append_jsonl(run_dir / "guard.jsonl", event)
+                    trainer.guard.events.clear()
             conditions.check(tick)
             for callback in callbacks:
                 if callback.due(tick):
                     callback.run(tick)
-            if stop_after is not None and tick.done - start >= stop_after:
+            if stopping:
                 break
     finally:
         for callback in callbacks:
@@ -178,7 +187,7 @@ def make_tick(schedule, position):
     )
 
 
-def make_callbacks(trainer, run_dir, store, signals, start, conditions):
+def make_callbacks(trainer, run_dir, store, signals, start, conditions, keeper=None):
     """The run's callbacks, in the order they run after a step (see the module doc)."""
     config = trainer.config
     evaluation = check_evaluation(trainer)
@@ -189,12 +198,17 @@ def make_callbacks(trainer, run_dir, store, signals, start, conditions):
     callbacks = [metrics, Histograms(trainer, runlog)]
     if config.samples:
         callbacks.append(Samples(SampleDumper(trainer, run_dir, config.samples), runlog))
-    callbacks.append(Checkpoints(trainer, store, metrics, signals, run_dir, conditions))
+    checkpoints = Checkpoints(trainer, store, metrics, signals, run_dir, conditions, keeper)
+    callbacks.append(checkpoints)
     if evaluation is not None:
         evaluation.run_dir = run_dir
         scheduled = config.eval is not None
         every = config.eval.every if scheduled else 0
-        callbacks.append(EvaluationCallback(evaluation, every, runlog, metrics, scheduled))
+        callbacks.append(
+            EvaluationCallback(evaluation, every, runlog, metrics, scheduled, keeper, checkpoints)
+        )
+    if keeper is not None:
+        callbacks.append(RestoreBest(trainer, checkpoints, keeper))
     callbacks.append(LossPlots(trainer.schedule, runlog, run_dir))
     return callbacks
 
@@ -204,6 +218,11 @@ class Callback:
 
     def due(self, tick):
         return True
+
+    def reads(self, tick):
+        """Whether it reads values from the device after this step (the NaN guard's results
+        are read, and acted on, only at such steps: no host round trip on the others)."""
+        return self.due(tick)
 
     def run(self, tick):
         raise NotImplementedError
@@ -227,6 +246,9 @@ class MetricsLog(Callback):
         entry = next((e for e in store.entries() if e["step"] == start), None)
         if entry is not None and start % self.config.log.every:
             self.meter.carried = {k: list(v) for k, v in entry.get("log_pending", {}).items()}
+
+    def reads(self, tick):
+        return tick.done % self.config.log.every == 0 or tick.stage_done
 
     def run(self, tick):
         position = tick.position
@@ -300,12 +322,14 @@ class Checkpoints(Callback):
     """Checkpoints at stage ends (`stage_end:<stage>`, and `final`), every `checkpoint.every`
     steps (`periodic`), and after a signal (`interrupted`, then `Interrupted` is raised).
     Never one with non-finite values (`GuardStop` instead). The index entry also keeps the
-    log interval's partial means and the `until` checks' state."""
+    log interval's partial means, the `until` checks' state and the best evaluation so far.
+    The end of a stage with `restore: best` is left to `RestoreBest` (`defers`)."""
 
-    def __init__(self, trainer, store, metrics, signals, run_dir, conditions):
+    def __init__(self, trainer, store, metrics, signals, run_dir, conditions, keeper=None):
         self.trainer, self.store, self.metrics = trainer, store, metrics
         self.signals, self.run_dir = signals, run_dir
         self.conditions = conditions
+        self.keeper = keeper
         self.every = trainer.config.checkpoint.every
 
     def tags(self, tick):
@@ -315,11 +339,20 @@ class Checkpoints(Callback):
             return ["periodic"]
         return ["interrupted"] if self.signals.received else []
 
+    def defers(self, tick):
+        """Whether this step's checkpoint waits for `RestoreBest` (a stage that ends here
+        rolls back to the best checkpoint first)."""
+        until = tick.stage.until
+        return bool(tick.stage_done and until is not None and until.restore)
+
     def due(self, tick):
+        return bool(self.tags(tick)) and not self.defers(tick)
+
+    def reads(self, tick):
         return bool(self.tags(tick))
 
-    def run(self, tick):
-        tags = self.tags(tick)
+    def save(self, tick, tags):
+        """Write the checkpoint of this step with `tags` (or add them to the one written)."""
         bad = self.trainer.nonfinite_variables()
         if bad:
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
@@ -328,7 +361,13 @@ class Checkpoints(Callback):
                 f"non-finite values in {', '.join(bad[:3])}{more}"
             )
         extra = {"log_pending": self.metrics.meter.state(), "until": self.conditions.state()}
-        path = self.store.save(tick.done, tags, extra)
+        if self.keeper is not None:
+            extra["best"] = self.keeper.state()
+        return self.store.save(tick.done, tags, extra)
+
+    def run(self, tick):
+        tags = self.tags(tick)
+        path = self.save(tick, tags)
         if tick.stage_done:
             log.info("checkpoint %s (%s)", path, ", ".join(tags))
         if self.signals.received:
@@ -351,10 +390,13 @@ class EvaluationCallback(Callback):
     line. It runs after the step's checkpoint, so a stage's own end is a baseline it can
     find."""
 
-    def __init__(self, evaluation, every, runlog, metrics, scheduled=True):
+    def __init__(
+        self, evaluation, every, runlog, metrics, scheduled=True, keeper=None, checkpoints=None
+    ):
         self.evaluation, self.every = evaluation, every
         self.runlog, self.metrics = runlog, metrics
         self.scheduled = scheduled
+        self.keeper, self.checkpoints = keeper, checkpoints
 
     def due(self, tick):
         if tick.evaluation is not None:
@@ -381,6 +423,124 @@ class EvaluationCallback(Callback):
         )
         text = " ".join(f"{k[5:]}={v:.4g}" for k, v in values.items())
         log.info("[%s] eval at step %d: %s", tick.stage.name, tick.done, text)
+        if self.keeper is not None and self.keeper.consider(tick.done, result["metrics"]):
+            # This step's checkpoint (written already, or written now) becomes the best.
+            self.checkpoints.save(tick, ["best"])
+            self.checkpoints.store.move_tag("best", tick.done)
+            log.info(
+                "[%s] checkpoint of step %d tagged best (%s=%.4g)",
+                tick.stage.name,
+                tick.done,
+                self.keeper.spec.metric,
+                self.keeper.value,
+            )
+
+
+class BestKeeper:
+    """`checkpoint.keep_best`: the best evaluation so far (`value`, at global step `step`),
+    kept in every checkpoint's index entry so a resumed run ranks as the uninterrupted one."""
+
+    def __init__(self, spec, value=None, step=None):
+        self.spec, self.value, self.step = spec, value, step
+
+    @classmethod
+    def resume(cls, spec, store, start):
+        """The keeper of a run (re)starting at global step `start` (None without
+        `keep_best`). A resume from an earlier checkpoint than the newest (the later ones
+        superseded) gives the `best` tag back to the best one as of that checkpoint."""
+        if spec is None:
+            return None
+        entry = next((e for e in store.entries() if e["step"] == start), None)
+        state = (entry or {}).get("best") or {}
+        keeper = cls(spec, state.get("value"), state.get("step"))
+        if keeper.step is not None:
+            listed = {e["step"]: e for e in store.entries()}
+            if keeper.step in listed:
+                if "best" not in listed[keeper.step]["tags"]:
+                    store.move_tag("best", keeper.step)
+            else:
+                log.warning(
+                    "checkpoint.keep_best: the best checkpoint as of step %d (step %d) is no "
+                    "longer listed; ranking starts afresh",
+                    start,
+                    keeper.step,
+                )
+                keeper.value = keeper.step = None
+        return keeper
+
+    def state(self):
+        return {"metric": self.spec.metric, "value": self.value, "step": self.step}
+
+    def consider(self, step, values):
+        """Whether the evaluation `values` of global step `step` is the best so far (ties go
+        to the earlier step); records it when it is."""
+        value = values.get(self.spec.metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            log.warning(
+                "checkpoint.keep_best: the evaluation at step %d has no value for %s; not ranked",
+                step,
+                self.spec.metric,
+            )
+            return False
+        value = float(value)
+        sign = 1.0 if self.spec.mode == "min" else -1.0
+        if self.value is not None and not sign * (self.value - value) > 0:
+            return False
+        self.value, self.step = value, step
+        return True
+
+
+class RestoreBest(Callback):
+    """At the end of a stage whose `until` has `restore: best`: the weights, their state,
+    the optimizers (moments and iteration counts), the EMA, loss scales and augmentation
+    probabilities go back to the `best` checkpoint, so the next stage starts from there.
+    What moves on regardless stays: the global step, the random streams and the data
+    position. Then the stage-end checkpoint is written (`Checkpoints.defers`), so a resume
+    from it starts from the restored state."""
+
+    def __init__(self, trainer, checkpoints, keeper):
+        self.trainer, self.checkpoints, self.keeper = trainer, checkpoints, keeper
+
+    def due(self, tick):
+        return self.checkpoints.defers(tick)
+
+    def run(self, tick):
+        store, name = self.checkpoints.store, tick.stage.name
+        entry = store.tagged("best")
+        if entry is None:
+            log.warning(
+                "[%s] %s.restore: no evaluation has been ranked yet; the next stage starts "
+                "from this stage's end",
+                name,
+                tick.stage.until.key,
+            )
+        elif entry["step"] == tick.done:
+            log.info("[%s] restore best: the stage's end (step %d) is the best", name, tick.done)
+        else:
+            restore_trainer_state(self.trainer, store, entry, tick.stage.until.key)
+            log.info(
+                "[%s] restored the best checkpoint, step %d (%s=%.4g), for the next stage",
+                name,
+                entry["step"],
+                self.keeper.spec.metric,
+                self.keeper.value,
+            )
+        self.checkpoints.run(tick)
+
+
+def restore_trainer_state(trainer, store, entry, key):
+    """Read the rolled-back part of the trainer's state (`Trainer.rollback_trackables`) from
+    the listed checkpoint `entry`."""
+    path = store.path_of(entry)
+    problem = store.verify(entry)
+    if problem is not None:
+        raise ConfigError(f"{key}.restore", f"the best checkpoint {path} is damaged: {problem}")
+    try:
+        status = tf.train.Checkpoint(**trainer.rollback_trackables()).read(path)
+        status.expect_partial()
+        status.assert_existing_objects_matched()
+    except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
+        raise ConfigError(f"{key}.restore", f"cannot restore {path}: {first_line(e)}") from None
 
 
 class LossPlots(Callback):

@@ -2,8 +2,21 @@
 
 from stagegan.data import tfrecord_label_counts
 from stagegan.optimizers import describe
+from stagegan.precision import loss_scaled, policy_of
 from stagegan.until import never_checked
 from stagegan.variables import count_parameters, scope_of
+
+
+def describe_checkpoints(config):
+    """The plan's lines on the checkpoints a run keeps and the one it starts from."""
+    lines = []
+    if config.checkpoint.keep_best is not None:
+        lines.append(f"checkpoints: {config.checkpoint.keep_best.describe()}")
+    if config.init is not None:
+        which = ", ".join(config.init.only) if config.init.only else "every network variable"
+        step = "newest" if config.init.checkpoint is None else f"step {config.init.checkpoint}"
+        lines.append(f"warm start: {which} from {config.init.run} (checkpoint: {step})")
+    return lines
 
 
 def describe_plan(trainer):
@@ -16,17 +29,13 @@ def describe_plan(trainer):
         f"run {config.name}: task {config.task}, seed {config.seed}, "
         f"{len(config.stages)} stages, {schedule.total_steps} steps"
         + (" at most" if any(s.until for s in config.stages) else ""),
-        f"backend: {config.devices.strategy}; "
-        + (
-            f"towers: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
-            f"({per_tower} per tower); variables and optimizer state on "
-            f"{placement.variables}"
-            if placement.strategy is None
-            else f"replicas: {len(towers)} ({', '.join(towers)}), batch {config.batch_size} "
-            f"({per_tower} per replica); {type(placement.strategy).__name__}"
-        )
+        placement.describe(),
+        *([f"warning: {placement.warning}"] if placement.warning else []),
+        f"backend: {placement.backend}; batch {config.batch_size} ({per_tower} per "
+        + ("tower)" if placement.strategy is None else "replica), ")
+        + (type(placement.strategy).__name__ if placement.strategy is not None else "")
         + (", XLA" if config.devices.jit else "")
-        + (", mixed precision" if config.devices.mixed_precision else ""),
+        + describe_precision(config.devices.mixed_precision, placement.towers),
         f"NaN/Inf guard: {config.guard.policy}"
         + (
             f" (stop after {config.guard.max_consecutive} skips in a row)"
@@ -34,10 +43,7 @@ def describe_plan(trainer):
             else ""
         ),
     ]
-    if config.init is not None:
-        which = ", ".join(config.init.only) if config.init.only else "every network variable"
-        step = "newest" if config.init.checkpoint is None else f"step {config.init.checkpoint}"
-        lines.append(f"warm start: {which} from {config.init.run} (checkpoint: {step})")
+    lines += describe_checkpoints(config)
     scopes = {}
     for variable in trainer.variables:
         scopes.setdefault(scope_of(variable), []).append(variable)
@@ -89,6 +95,7 @@ def describe_plan(trainer):
             lines.append(
                 f"  update {update.name!r}: train {', '.join(update.train)}; loss {loss}; "
                 f"repeat {update.repeat}, every {update.every}"
+                + (f", lazy (loss weights x {update.every})" if update.lazy else "")
             )
             spec = config.optimizers[update.optimizer]
             if plan.shared:
@@ -105,6 +112,14 @@ def describe_plan(trainer):
                 "    no gradient (dropped): " + (", ".join(dropped) if dropped else "none")
             )
     return "\n".join(lines)
+
+
+def describe_precision(setting, towers):
+    """The plan's words on `devices.mixed_precision` ("" when off)."""
+    policy = policy_of(setting, towers)
+    if policy is None:
+        return ""
+    return f", mixed precision ({policy}{', loss scaling' if loss_scaled(setting, policy) else ''})"
 
 
 def describe_augment(stage, config):

@@ -210,10 +210,9 @@ class StrategyReplicas(Replicas):
     def _run(self, plans, run, batch, guarded):
         count, found = self.count, {}
 
-        def replica(batch):
+        def replica(shard):
             context = tf.distribute.get_replica_context()
             index = int(tf.get_static_value(context.replica_id_in_sync_group))
-            shard = split_batch(batch, count)[index]
             terms, gradients, writes = compiled(run, self.jit)(shard, keras.StatelessScope())
             found["kept"] = kept = kept_gradients([gradients], plans)
             found["written"] = [w is not None for w in writes]
@@ -223,7 +222,12 @@ class StrategyReplicas(Replicas):
                 w for w in writes if w is not None
             ]
 
-        totals, writes = self.strategy.run(replica, args=(batch,))
+        # Each replica gets its own shard (on its device), not the whole batch to slice.
+        shards = split_batch(batch, count)
+        per_replica = self.strategy.experimental_distribute_values_from_function(
+            lambda context: shards[context.replica_id_in_sync_group]
+        )
+        totals, writes = self.strategy.run(replica, args=(per_replica,))
         writes = iter(writes)
         writes = [next(writes) if wrote else None for wrote in found["written"]]
         local = lambda value: self.strategy.experimental_local_results(value)[0]

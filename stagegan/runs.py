@@ -68,8 +68,9 @@ def pick_checkpoint(
 
     Args:
         run_dir: the run folder (its index is checked first).
-        checkpoint: a global step (int or digits), a path prefix (with or without `.index`),
-            or None for the newest listed checkpoint.
+        checkpoint: a global step (int or digits), `best` (the checkpoint tagged best by
+            `checkpoint.keep_best`), a path prefix (with or without `.index`), or None for
+            the newest listed checkpoint.
         key, checkpoint_key: the keys that problems name: `key` for the run and its newest
             checkpoint, `checkpoint_key` for the one asked for.
         listed: a path must be a checkpoint the index lists (resume and warm start need
@@ -103,14 +104,8 @@ def pick_checkpoint(
             )
         return store, entry, store.path_of(entry)
     text = str(checkpoint)
-    if text.isdigit():
-        found = [e for e in entries if e["step"] == int(text)]
-        if not found:
-            steps = ", ".join(str(e["step"]) for e in entries) or "none"
-            raise ConfigError(
-                checkpoint_key, f"{run_dir} has no checkpoint at step {text} (steps: {steps})"
-            )
-        entry = found[0]
+    if text == "best" or text.isdigit():
+        entry = listed_entry(entries, text, run_dir, checkpoint_key)
     else:
         prefix = text[: -len(".index")] if text.endswith(".index") else text
         if not os.path.isfile(prefix + ".index"):
@@ -128,6 +123,26 @@ def pick_checkpoint(
     if problem is not None:
         raise ConfigError(checkpoint_key, f"{store.path_of(entry)} is damaged: {problem}")
     return store, entry, store.path_of(entry)
+
+
+def listed_entry(entries, text, run_dir, checkpoint_key):
+    """The index entry that `--checkpoint best` or `--checkpoint STEP` names."""
+    if text == "best":
+        found = [e for e in entries if "best" in e["tags"]]
+        if not found:
+            raise ConfigError(
+                checkpoint_key,
+                f"{run_dir} has no checkpoint tagged best (it ranks checkpoints with "
+                "checkpoint.keep_best, from its first evaluation on)",
+            )
+        return found[-1]
+    found = [e for e in entries if e["step"] == int(text)]
+    if not found:
+        steps = ", ".join(str(e["step"]) for e in entries) or "none"
+        raise ConfigError(
+            checkpoint_key, f"{run_dir} has no checkpoint at step {text} (steps: {steps})"
+        )
+    return found[0]
 
 
 def find_checkpoint(run_dir, checkpoint=None):

@@ -118,6 +118,8 @@ class StageStep:
         augmenter: the stage's `augment.Augmenter`, or None. Its p and r_t are logged
             (`augment/p`, `augment/rt`), and every applied update that reports
             `d_real_accuracy` (a discriminator update) feeds its adaptive p.
+        observe: optional `(terms, applied) -> None`, traced in after each update's
+            application on the variable device, with its averaged terms (`Task.observe`).
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class StageStep:
         global_step,
         after_step=None,
         augmenter=None,
+        observe=None,
     ):
         self.stage = stage
         self.plans = tuple(plans)
@@ -139,6 +142,7 @@ class StageStep:
         self.global_step = global_step
         self.after_step = after_step
         self.augmenter = augmenter
+        self.observe = observe
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self.traced = {}  # update name -> TracedUpdate, filled by tracing
@@ -282,9 +286,12 @@ class StageStep:
         return skip, metrics
 
     def _observe(self, averaged, applied):
-        """Feed a discriminator update's `d_real_accuracy` to the adaptive augmentation."""
-        if self.augmenter is not None and "d_real_accuracy" in averaged.terms:
-            with tf.device(self.replicas.variables):
+        """After an update's application: its averaged terms to `observe` (LeCam's averages),
+        and a discriminator update's `d_real_accuracy` to the adaptive augmentation."""
+        with tf.device(self.replicas.variables):
+            if self.observe is not None:
+                self.observe(averaged.terms, applied)
+            if self.augmenter is not None and "d_real_accuracy" in averaged.terms:
                 self.augmenter.observe(averaged.terms["d_real_accuracy"], applied)
 
     def _idle(self, plan):
@@ -310,8 +317,11 @@ class StageStep:
             metrics = {f"{update.name}/{term}": value for term, value in terms.items()}
             if len(update.loss) > 1:
                 metrics[f"{update.name}/loss"] = weighted_loss(terms, update.loss)
-            metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm(list(averaged.gradients))
-            if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):
+        # Where the averaged gradients are (a replica's device under tf.distribute): only
+        # the norm, a scalar, goes to the host.
+        metrics[f"{update.name}/grad_norm"] = tf.linalg.global_norm(list(averaged.gradients))
+        if isinstance(plan.optimizer._learning_rate, LearningRateSchedule):
+            with tf.device(self.replicas.variables):
                 # The rate this application uses: the schedule at the optimizer's iteration.
                 metrics[f"{update.name}/learning_rate"] = plan.optimizer.learning_rate
         if gradients is not None:

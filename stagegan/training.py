@@ -22,7 +22,7 @@ from stagegan.guard import Guard, GuardedApply
 from stagegan.layers import power_iteration_hook
 from stagegan.optimizers import make_optimizer
 from stagegan.placement import resolve_placement
-from stagegan.precision import LossScale, dtype_policy, policy_name
+from stagegan.precision import LossScale, cpu_warning, dtype_policy, loss_scaled, policy_of
 from stagegan.replicas import is_rng_state, own_gradient_reduction
 from stagegan.schedule import Schedule
 from stagegan.steps import StageStep, UpdatePlan
@@ -100,6 +100,7 @@ class Trainer:
                 self.global_step,
                 after_step,
                 augmenter=self.augmenter_of(stage),
+                observe=self.task.observe,
             )
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
         ]
@@ -162,11 +163,26 @@ class Trainer:
         for name, counter in self.updates.in_a_row.items():
             objects[f"guard_in_a_row_{slug(name)}"] = counter
         objects.update(self.task.trackables())
+        objects.update(self.task.term_state(self.config.used_terms()))  # LeCam's averages
         if self.ema is not None:
             objects.update(self.ema.trackables())
         for augmenter in self.augmenters.values():
             objects.update(augmenter.trackables())
         return objects
+
+    def rollback_trackables(self):
+        """The checkpointed objects that a rollback to an earlier checkpoint (`until:
+        {restore: best}`) restores: the networks' variables, optimizers, loss scales, the EMA
+        the augmentation state and the loss terms' (LeCam's averages, which describe the
+        discriminator restored). What the run moves on with stays: the global step, the
+        random streams, the task's own objects (its data position) and the guard's
+        counters."""
+        moving_on = {"global_step", *self.rngs.trackables(), *self.task.trackables()}
+        return {
+            name: obj
+            for name, obj in self.trackables().items()
+            if name not in moving_on and not name.startswith("guard_in_a_row_")
+        }
 
     def trace(self, from_step=0):
         """Trace the step function of every stage not finished at global step `from_step`
@@ -180,16 +196,18 @@ class Trainer:
         """Stage steps completed so far (the global step)."""
         return int(self.global_step.numpy())
 
-    def step(self, position, with_gradients=False):
+    def step(self, position, with_gradients=False, check=True):
         """Run the step at `position` (a `schedule.Position`); returns its `steps.StepOutput`.
 
         The caller walks positions from `step_count` (the step function advances it). The
         NaN/Inf guard acts here: a skipped update is logged, and `GuardStop` is raised when
-        the policy says stop.
+        the policy says stop. With `check=False` the guard's results are only collected
+        (nothing is read from the device); `guard.flush()` acts on them later.
         """
         stage_step = self.stage_steps[position.stage_index]
         output = stage_step(position.stage_step, with_gradients)
-        self.guard.check(stage_step.stage, position.global_step + 1, output.guard)
+        act = self.guard.check if check else self.guard.collect
+        act(stage_step.stage, position.global_step + 1, output.guard)
         return output
 
     def nonfinite_variables(self):
@@ -251,13 +269,14 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.batch_size = config.batch_size
         task.check_shard(config.batch_size, placement.replicas)
-        precision = policy_name(placement.towers) if config.devices.mixed_precision else None
-        if precision == "mixed_bfloat16" and not config.devices.jit:
-            log.warning(
-                "devices.mixed_precision on CPUs computes in bfloat16, which CPUs run far "
-                "slower than float32 without XLA (measured 8x for the DCGAN pair); "
-                "add devices.jit: true, or leave mixed precision to GPUs"
-            )
+        # Outside the strategy's scope: the state of loss terms is plain variables here.
+        task.prepare(
+            tuple(u for stage in config.stages for u in stage.updates), placement.variables
+        )
+        precision = policy_of(config.devices.mixed_precision, placement.towers)
+        warning = cpu_warning(precision, placement.towers, config.devices.jit)
+        if warning:
+            log.warning(warning)
         with placement.scope(), dtype_policy(precision):
             networks = task.build()
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -271,7 +290,7 @@ def build_updates(config, model, placement):
     optimizers = build_optimizers(config, selections, placement)
     with tf.device(placement.variables):
         loss_scales = {}
-        if model.precision:
+        if loss_scaled(config.devices.mixed_precision, model.precision):
             loss_scales = {key: LossScale(slug(key)) for key in optimizers}
         names = dict.fromkeys(u.name for stage in config.stages for u in stage.updates)
         in_a_row = {

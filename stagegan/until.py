@@ -50,9 +50,25 @@ class Conditions:
         self.count = state.get("count", 0)
         self.best = state.get("best")
         self.bad = state.get("bad", 0)
+        self.pending = []  # the threshold metric's values since the last read, unread
+
+    def checks(self, tick):
+        """Whether the step of `tick` is one of its stage's checks (it reads the device)."""
+        until = tick.stage.until
+        return until is not None and (tick.position.stage_step + 1) % until.check_every == 0
+
+    def _read(self):
+        """Add the collected metric values to the running sum (NaN: the update did not run,
+        or was skipped), in step order, as if each had been added after its step."""
+        for tensor in self.pending:
+            value = float(tensor)
+            if not math.isnan(value):
+                self.total, self.count = self.total + value, self.count + 1
+        self.pending = []
 
     def state(self):
         """JSON for the checkpoint index: the ended stages and the current stage's checks."""
+        self._read()
         ends = {self.schedule.stages[i].name: n for i, n in sorted(self.schedule.ends.items())}
         return {
             "ends": ends,
@@ -71,10 +87,9 @@ class Conditions:
             return None
         if tick.position.stage_step == 0:  # a stage starts its checks afresh
             self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
+            self.pending = []
         if until.metric is not None:
-            value = float(tick.output.metrics[until.metric])
-            if not math.isnan(value):
-                self.total, self.count = self.total + value, self.count + 1
+            self.pending.append(tick.output.metrics[until.metric])
         stage_steps = tick.position.stage_step + 1
         reason = None
         # A check at the stage's last step too, so a stage extended on resume (whose old last
@@ -103,6 +118,7 @@ class Conditions:
 
     def _threshold(self, until):
         """The interval's mean against the bound; the interval starts again either way."""
+        self._read()
         total, count = self.total, self.count
         self.total, self.count = 0.0, 0
         if not count:

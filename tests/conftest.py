@@ -1,7 +1,11 @@
-"""Shared test set-up: quiet TensorFlow, and 4 logical CPU devices standing in for GPUs.
+"""Shared test set-up: quiet TensorFlow, the CPU only, and 4 logical CPU devices standing in
+for GPUs.
 
-The CPU must be split before TensorFlow initialises its devices, so it happens here, at
-collection time, before any test module builds a model.
+The suite runs on the CPU on any machine, so its numeric comparisons hold on a GPU host too:
+GPUs are hidden (`CUDA_VISIBLE_DEVICES=""` for this process and every `stagegan` subprocess
+it starts, and `set_visible_devices`) and TF32 matmuls are off. The CPU must be split before
+TensorFlow initialises its devices, so it happens here, at collection time, before any test
+module builds a model.
 """
 
 import os
@@ -12,10 +16,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # XLA's CPU code generation without LLVM's optimisations: the `devices.jit` tests check what
 # compiles and what it computes, not how fast; it halves their compile time (22 s -> 10 s).
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow loads CUDA; inherited by subprocesses
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # so `tests/toytask.py` imports as `toytask`
 
 import tensorflow as tf  # noqa: E402
+
+tf.config.set_visible_devices([], "GPU")  # should CUDA already have been loaded
+tf.config.experimental.enable_tensor_float_32_execution(False)
 
 LOGICAL_CPUS = 4
 _cpu = tf.config.list_physical_devices("CPU")[0]
@@ -43,13 +51,15 @@ SLOWEST_FIRST = [
     "test_augment.py",
     "test_training.py",
     "test_guard.py",
+    "test_regularisers.py",
+    "test_examples.py",
     "test_cli.py",
     "test_towers.py",
     "test_packing.py",
     "test_prepare.py",
     "test_strategies.py",
     "test_speed_options.py",
-    "test_examples.py",
+    "test_keep_best.py",
     "test_data.py",
     "test_bad_input.py",
     "test_disk_full.py",

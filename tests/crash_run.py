@@ -33,8 +33,8 @@ def main():
         signum = signal.SIGKILL if when == "after-step" else signal.SIGTERM
         run_step = training.Trainer.step
 
-        def step_then_signal(self, position, with_gradients=False):
-            metrics = run_step(self, position, with_gradients)
+        def step_then_signal(self, position, with_gradients=False, check=True):
+            metrics = run_step(self, position, with_gradients, check)
             if position.global_step + 1 == step:
                 kill(signum)
             return metrics

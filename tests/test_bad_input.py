@@ -284,7 +284,7 @@ CASES = {
     ),
     "unknown loss option": (
         [*TRAIN, "--config", "mog_ring", "--set", "loss.bogus=1"],
-        ["loss.bogus: unknown key (known: adversarial)"],
+        ["loss.bogus: unknown key (known: adversarial, lecam_decay, lecam_start)"],
     ),
     "name with a space": ([*TRAIN, *toy("name=bad name")], ["name: must be letters"]),
     "negative sample interval": (
@@ -307,7 +307,7 @@ CASES = {
     ),
     "launch resuming a run that is not multi_worker": (
         ["launch", "--workers", "2", "--resume", "{root}/truncated", "--checkpoint", "3"],
-        ["devices.strategy: {root}/truncated was trained with 'towers'"],
+        ["devices.strategy: {root}/truncated was trained with 'auto'"],
     ),
     # Data.
     "missing data folder": (

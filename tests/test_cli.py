@@ -114,7 +114,8 @@ def test_plan_shows_updates_optimizers_and_dropped_variables(tmp_path):
     result = inprocess("plan", "--config", str(config))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "towers: 2 (/CPU:0, /CPU:1), batch 8 (4 per tower)" in out
+    assert "devices: variables on /CPU:0, 2 towers (/CPU:0, /CPU:1)" in out
+    assert "batch 8 (4 per tower)" in out
     assert "NaN/Inf guard: skip (stop after 20 skips in a row)" in out
     assert "stage 0 'everything': 4 steps (global 0..3), mode sequential" in out
     assert "repeat 1, every 2" in out

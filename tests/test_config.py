@@ -40,7 +40,7 @@ def base(**changes):
 def test_parses_into_records_with_defaults():
     config = parse_config(base())
     assert config.total_steps == 5
-    assert config.devices.towers == 1 and config.devices.variables == "/CPU:0"
+    assert config.devices.towers == "auto" and config.devices.variables == "auto"
     g, joint = config.stages
     assert g.mode == "sequential" and joint.mode == "simultaneous"
     assert g.updates[0].train == ("generator/*",) and g.updates[0].loss == (("g_loss", 1.0),)

@@ -33,7 +33,7 @@ def test_preset_runs_every_stage(name, tmp_path, offline_mnist):
         (images / "ab"[i % 2] / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
     preset = load_config(name)
     sets = (
-        ["batch_size=4", f"data.path={images}"]
+        ["batch_size=4", f"data.path={images}", "data.size=28"]
         if preset.data.get("source") == "folder"
         else ["batch_size=4"]
     )

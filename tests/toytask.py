@@ -10,17 +10,23 @@ Options: model.batchnorm puts a BatchNormalization layer first in D, model.gener
 one after G's hidden layer. data.nan_draws (a list of
 real-batch draw numbers, counted from 0 over the run) and data.nan_row put a NaN into that row
 of those global batches: the NaN reaches d_loss in the tower whose shard holds the row.
+Evaluation: `gap`, the L1 distance between the mean of G's outputs on the four latents
+`EVAL_Z` and the data mean (lower is better; computed by hand from the weights in tests).
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from stagegan.tasks.base import Task
+
+EVAL_Z = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]
 
 
 class ToyTask(Task):
     name = "toy"
     loss_terms = ("d_loss", "g_loss")
+    eval_metrics = ("gap",)
     defaults = {
         "data": {"mean": 1.0, "nan_draws": None, "nan_row": 0},
         "model": {"batchnorm": False, "generator_batchnorm": False, "hidden": 3},
@@ -76,6 +82,11 @@ class ToyTask(Task):
 
     def sample(self, inputs):
         return self.generator(inputs["z"], training=False)
+
+    def evaluate(self, evaluation):
+        out = self.generator(tf.constant(EVAL_Z), training=False).numpy()
+        target = np.array([self.data["mean"], -self.data["mean"]])
+        return {"gap": float(np.abs(out.mean(axis=0) - target).sum())}
 
 
 def factory(options, rngs):
