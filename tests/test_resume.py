@@ -397,13 +397,14 @@ def test_resuming_a_finished_run_does_nothing(toy_run, capsys):
 
 # The crash chain on a streaming folder -----------------------------------------------------
 
-FOLDER_KILLS = [("after-step", 5), ("sigterm", 8)]  # mid-epoch (3 batches an epoch), twice
+# Mid-epoch (3 batches an epoch); a graceful stop is the main chain's.
+FOLDER_KILLS = [("after-step", 5)]
 
 
 @pytest.fixture(scope="module")
 def folder_chain(tmp_path_factory):
     """A class-conditional run on a streamed folder (3 classes, 25 files, one unreadable),
-    killed twice and resumed, beside the same run never interrupted."""
+    killed mid-epoch and resumed, beside the same run never interrupted."""
     base = tmp_path_factory.mktemp("folder_resume")
     rng = np.random.default_rng(0)
     for index in range(24):
@@ -442,8 +443,8 @@ def folder_chain(tmp_path_factory):
 
 def test_a_streamed_folder_resumes_bit_identical(folder_chain):
     reference, run, results, reference_output = folder_chain
-    assert [r.returncode for r in results] == [-9, 143, 0], [r.stderr[-2000:] for r in results]
-    assert [r["step"] for r in records(run / "resume.jsonl", drop=())] == [4, 8]
+    assert [r.returncode for r in results] == [-9, 0], [r.stderr[-2000:] for r in results]
+    assert [r["step"] for r in records(run / "resume.jsonl", drop=())] == [4]
     assert records(run / "metrics.jsonl") == records(reference / "metrics.jsonl")
     p = [r["augment/p"] for r in records(reference / "metrics.jsonl")]
     assert len(set(p)) > 2, p  # the adaptive p moved during the run
