@@ -711,6 +711,12 @@ def parse_config(raw):
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
     keep_best = _parse_keep_best(checkpoint.get("keep_best"))
     _check_keep_best(keep_best, stages, resolved.get("eval"))
+    if keep_best is not None and devices.strategy == "multi_worker":
+        # Only the chief evaluates: the workers could not agree on the best or roll back alike.
+        raise ConfigError(
+            "checkpoint.keep_best",
+            "is not available with devices.strategy: multi_worker (only the chief evaluates)",
+        )
     return RunConfig(
         name=name,
         seed=check_seed(resolved["seed"], "seed"),

@@ -147,6 +147,7 @@ def _loop(trainer, run_dir, store, signals, stop_after):
     keeper = BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start)
     callbacks = make_callbacks(trainer, run_dir, store, signals, start, conditions, keeper)
     metrics, histograms = callbacks[0], callbacks[1]
+    checkpoints = next(c for c in callbacks if isinstance(c, Checkpoints))
     try:
         for position in schedule.positions(start):
             if position.stage_step == 0 or position.global_step == start:
@@ -157,23 +158,37 @@ def _loop(trainer, run_dir, store, signals, stop_after):
             signals.step_finished()
             stopping = stop_after is not None and tick.done - start >= stop_after
             # Read from the device only where something is read anyway (see `Callback.reads`).
-            if stopping or conditions.checks(tick) or any(c.reads(tick) for c in callbacks):
-                try:
-                    trainer.guard.flush()
-                finally:
-                    for event in trainer.guard.events:
-                        append_jsonl(run_dir / "guard.jsonl", event)
-                    trainer.guard.events.clear()
+            # Workers of a multi-worker run read every step: their callbacks differ (only the
+            # chief samples and evaluates), and they must stop at the same step.
+            if (
+                trainer.multi_worker
+                or stopping
+                or conditions.checks(tick)
+                or any(c.reads(tick) for c in callbacks)
+            ):
+                flush_guard(trainer, run_dir)
             conditions.check(tick)
             for callback in callbacks:
                 if callback.due(tick):
                     callback.run(tick)
+            checkpoints.raise_if_interrupted(tick)
             if stopping:
                 break
     finally:
         for callback in callbacks:
             callback.close()
     return metrics.last
+
+
+def flush_guard(trainer, run_dir):
+    """Act on the NaN guard's collected results (`Guard.flush`: may raise `GuardStop`) and
+    append its records to guard.jsonl."""
+    try:
+        trainer.guard.flush()
+    finally:
+        for event in trainer.guard.events:
+            append_jsonl(run_dir / "guard.jsonl", event)
+        trainer.guard.events.clear()
 
 
 def make_tick(schedule, position):
@@ -352,7 +367,9 @@ class Checkpoints(Callback):
         return bool(self.tags(tick))
 
     def save(self, tick, tags):
-        """Write the checkpoint of this step with `tags` (or add them to the one written)."""
+        """Write the checkpoint of this step with `tags` (or add them to the one written).
+        The guard is read first: no checkpoint past a step the guard stops at."""
+        flush_guard(self.trainer, self.run_dir)
         bad = self.trainer.nonfinite_variables()
         if bad:
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
@@ -379,6 +396,14 @@ class Checkpoints(Callback):
                 path,
                 self.run_dir,
             )
+            self.interrupted = tick.done
+
+    interrupted = None  # the step whose checkpoint a signal asked for
+
+    def raise_if_interrupted(self, tick):
+        """After the step's other callbacks (its evaluation, the rollback): stop, as the
+        signal asked, once its checkpoint is written."""
+        if self.interrupted == tick.done:
             raise Interrupted(
                 f"{self.signals.name} at step {tick.done}", 128 + self.signals.received
             )
@@ -424,8 +449,11 @@ class EvaluationCallback(Callback):
         text = " ".join(f"{k[5:]}={v:.4g}" for k, v in values.items())
         log.info("[%s] eval at step %d: %s", tick.stage.name, tick.done, text)
         if self.keeper is not None and self.keeper.consider(tick.done, result["metrics"]):
-            # This step's checkpoint (written already, or written now) becomes the best.
-            self.checkpoints.save(tick, ["best"])
+            # This step's checkpoint (written already, or written now) becomes the best. At a
+            # stage end that waits for `RestoreBest`, this is that checkpoint (nothing to roll
+            # back): written with its stage-end tags at once.
+            deferred = self.checkpoints.tags(tick) if self.checkpoints.defers(tick) else []
+            self.checkpoints.save(tick, ["best", *deferred])
             self.checkpoints.store.move_tag("best", tick.done)
             log.info(
                 "[%s] checkpoint of step %d tagged best (%s=%.4g)",
@@ -454,18 +482,22 @@ class BestKeeper:
         state = (entry or {}).get("best") or {}
         keeper = cls(spec, state.get("value"), state.get("step"))
         if keeper.step is not None:
-            listed = {e["step"]: e for e in store.entries()}
-            if keeper.step in listed:
-                if "best" not in listed[keeper.step]["tags"]:
+            entries = store.entries()
+            tagged = [e["step"] for e in entries if "best" in e["tags"]]
+            if any(e["step"] == keeper.step for e in entries):
+                if tagged != [keeper.step]:  # a kill between a save and its tag move
                     store.move_tag("best", keeper.step)
             else:
                 log.warning(
-                    "checkpoint.keep_best: the best checkpoint as of step %d (step %d) is no "
-                    "longer listed; ranking starts afresh",
+                    "checkpoint.keep_best: the best checkpoint as of step %d (step %d, %s=%.4g) "
+                    "is no longer listed (a resume from an earlier checkpoint); later "
+                    "evaluations are still ranked against it, and restore: best has no "
+                    "checkpoint to go back to until one beats it",
                     start,
                     keeper.step,
+                    spec.metric,
+                    keeper.value,
                 )
-                keeper.value = keeper.step = None
         return keeper
 
     def state(self):
@@ -509,7 +541,7 @@ class RestoreBest(Callback):
         entry = store.tagged("best")
         if entry is None:
             log.warning(
-                "[%s] %s.restore: no evaluation has been ranked yet; the next stage starts "
+                "[%s] %s.restore: no best checkpoint to go back to; the next stage starts "
                 "from this stage's end",
                 name,
                 tick.stage.until.key,
@@ -531,16 +563,23 @@ class RestoreBest(Callback):
 def restore_trainer_state(trainer, store, entry, key):
     """Read the rolled-back part of the trainer's state (`Trainer.rollback_trackables`) from
     the listed checkpoint `entry`."""
+    from stagegan.resume import set_learning_rates
+
     path = store.path_of(entry)
     problem = store.verify(entry)
     if problem is not None:
         raise ConfigError(f"{key}.restore", f"the best checkpoint {path} is damaged: {problem}")
     try:
-        status = tf.train.Checkpoint(**trainer.rollback_trackables()).read(path)
+        # Objects the best checkpoint predates (stages appended on a resume since) keep
+        # their current state.
+        held = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+        objects = {k: v for k, v in trainer.rollback_trackables().items() if k in held}
+        status = tf.train.Checkpoint(**objects).read(path)
         status.expect_partial()
         status.assert_existing_objects_matched()
     except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
         raise ConfigError(f"{key}.restore", f"cannot restore {path}: {first_line(e)}") from None
+    set_learning_rates(trainer)  # the config's rates, as a resume from here would set them
 
 
 class LossPlots(Callback):

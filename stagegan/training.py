@@ -87,6 +87,7 @@ class Trainer:
         self.schedule = Schedule(config.stages, ends)
         self.updates = build_updates(config, model, self.placement)
         check_metrics(config.stages, self.updates.plans, self.task)
+        check_keep_best_metric(config.checkpoint.keep_best, self.task)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
         replicas = self.placement.make_replicas(self.state_variables)
@@ -415,3 +416,14 @@ def build_optimizers(config, selections, placement):
             own_gradient_reduction(optimizer)
         optimizers[key] = optimizer
     return optimizers
+
+
+def check_keep_best_metric(keep_best, task):
+    """Refuse a `checkpoint.keep_best.metric` the task does not evaluate (when it declares
+    `eval_metrics`), before the first step."""
+    known = getattr(task, "eval_metrics", None)
+    if keep_best is not None and known is not None and keep_best.metric not in known:
+        raise ConfigError(
+            "checkpoint.keep_best.metric",
+            f"task {task.name!r} evaluates no {keep_best.metric!r} (it has: {', '.join(known)})",
+        )

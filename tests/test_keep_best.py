@@ -208,3 +208,43 @@ def test_keep_best_cannot_change_on_resume(runs):
     result = inprocess("train", "--resume", reference, "--set", "checkpoint.keep_best.mode=max")
     assert_user_error(result, "checkpoint.keep_best", "cannot change on resume")
     assert (reference / "checkpoints" / "index.json").read_text() == before
+
+
+def test_keep_best_is_refused_for_multi_worker_runs():
+    raw = rollback_config()
+    raw["devices"] = {"strategy": "multi_worker"}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw)
+    assert caught.value.key == "checkpoint.keep_best"
+
+
+def test_a_metric_the_task_does_not_evaluate_is_refused_before_the_first_step():
+    from stagegan.training import Trainer
+
+    raw = rollback_config()
+    raw["checkpoint"]["keep_best"] = {"metric": "fid", "mode": "min"}
+    with pytest.raises(ConfigError) as caught:
+        Trainer(parse_config(raw))
+    assert caught.value.key == "checkpoint.keep_best.metric"
+    assert "evaluates no 'fid' (it has: gap)" in caught.value.message
+
+
+def test_a_resume_repairs_a_best_tag_left_on_two_checkpoints(tmp_path):
+    """A kill between writing the new best and moving the tag leaves `best` on both; the
+    resume from the new one leaves it there alone (the old keeps its periodic slot)."""
+    from stagegan.checkpoints import CheckpointStore
+    from stagegan.config import KeepBest
+    from stagegan.loop import BestKeeper
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    best = {"metric": "gap", "value": 0.5, "step": 4}
+    entries = [
+        {"step": 2, "prefix": "ckpt-00000002", "tags": ["best", "periodic"], "files": {}},
+        {"step": 4, "prefix": "ckpt-00000004", "tags": ["best"], "files": {}, "best": best},
+    ]
+    (folder / "index.json").write_text(json.dumps({"checkpoints": entries}))
+    store = CheckpointStore(folder, None, 3)
+    keeper = BestKeeper.resume(KeepBest("gap", "min"), store, 4)
+    assert (keeper.value, keeper.step) == (0.5, 4)
+    assert [(e["step"], e["tags"]) for e in store.entries()] == [(2, ["periodic"]), (4, ["best"])]
