@@ -141,6 +141,7 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
         with _terminate_raises():
             os.mkdir(partial)
             written = _write_shards(listing, partial, size, channels, shard_size, progress)
+            _check_terminated()
             os.replace(partial, output)  # onto a missing or empty folder: all shards or none
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
@@ -161,6 +162,16 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
 ARGUMENTS = {"data.path": "FOLDER", "data.labels": "--labels"}
 
 
+_TERMINATED = []  # SIGTERM received while `_terminate_raises` is active
+
+
+def _check_terminated():
+    """Raise `Interrupted` if SIGTERM came (checked between chunks too: a handler's exception
+    raised inside TensorFlow's own Python code may not get out of it)."""
+    if _TERMINATED:
+        raise Interrupted("prepare stopped by SIGTERM; its partial output was removed", 143)
+
+
 @contextlib.contextmanager
 def _terminate_raises():
     """While active (in the main thread), SIGTERM raises `Interrupted` (status 143), as
@@ -172,10 +183,12 @@ def _terminate_raises():
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, previous)
-        raise Interrupted("prepare stopped by SIGTERM; its partial output was removed", 143)
+        _TERMINATED.append(signum)  # in case TensorFlow code swallows the exception
+        _check_terminated()
 
     previous = signal.getsignal(signal.SIGTERM)
     previous = signal.SIG_DFL if previous is None else previous
+    _TERMINATED.clear()
     signal.signal(signal.SIGTERM, stop)
     try:
         yield
@@ -217,6 +230,7 @@ def _write_shards(listing, folder, size, channels, shard_size, progress):
                 counts += np.bincount(classes, minlength=len(counts))
             if progress is not None:
                 progress(start + len(part), len(files))
+            _check_terminated()
         if shards.count == 0:
             raise ConfigError("FOLDER", f"none of the {len(files):,} image files could be read")
         if counts is not None and not counts.all():
