@@ -346,6 +346,7 @@ class Checkpoints(Callback):
         self.conditions = conditions
         self.keeper = keeper
         self.every = trainer.config.checkpoint.every
+        self.interrupted = None  # the step whose checkpoint a signal asked for
 
     def tags(self, tick):
         if tick.stage_done:
@@ -397,8 +398,6 @@ class Checkpoints(Callback):
                 self.run_dir,
             )
             self.interrupted = tick.done
-
-    interrupted = None  # the step whose checkpoint a signal asked for
 
     def raise_if_interrupted(self, tick):
         """After the step's other callbacks (its evaluation, the rollback): stop, as the
