@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from stagegan.errors import ConfigError
 from stagegan.memory import check_image_memory
+from stagegan.staging import pixels_to_float
 
 log = logging.getLogger("stagegan")
 
@@ -241,7 +242,8 @@ def tfrecord_dataset(options, seed, batch_size):
 def _batched(ds, batch_size):
     """Global batches of uint8 examples in a fixed order, prefetched (`batch_size` None: `ds`
     is batched already). They stay uint8 (a quarter of float32's bytes in the prefetch buffer
-    and the checkpointed iterator); `ImageSource.batch` converts them in the step."""
+    and the checkpointed iterator, and on their way to the device); each replica converts its
+    own shard (`stagegan.staging.to_replica_floats`)."""
     if batch_size is not None:
         ds = ds.batch(batch_size, drop_remainder=True)
     deterministic = tf.data.Options()
@@ -252,10 +254,6 @@ def _batched(ds, batch_size):
         tf.data.experimental.ExternalStatePolicy.IGNORE
     )
     return ds.with_options(deterministic).prefetch(tf.data.AUTOTUNE)
-
-
-def _to_float(image):
-    return tf.cast(image, tf.float32) / 127.5 - 1.0
 
 
 def fit_image(image, size, channels):
@@ -888,7 +886,9 @@ def check_count(count, batch_size, path):
 
 class ImageSource:
     """The images of a run, served one global batch at a time inside the step function:
-    `{"x": float32 images in [-1, 1]}`, with `"y"` (int32 class indices) for labelled data.
+    `{"x": uint8 images}` (`draw`: converted to float32 in [-1, 1] by each replica on its
+    own device) or `{"x": float32 images in [-1, 1]}` (`batch`), with `"y"` (int32 class
+    indices) for labelled data.
 
     `shapes`, `npz` and the keras datasets are held in memory (uint8) and each batch is drawn
     as random indices from the run's data stream (with replacement), so the data position is
@@ -901,11 +901,12 @@ class ImageSource:
         classes: class names (labelled data) or None.
         class_counts: images per class, or None (unlabelled, or a TFRecord source, whose
             counts `tfrecord_label_counts` reads).
+        host: the host CPU device that holds an in-memory set and gathers its batches.
     """
 
-    def __init__(self, options, seed, batch_size):
+    def __init__(self, options, seed, batch_size, host="/CPU:0"):
         check_options(options)
-        self.options = options
+        self.options, self.host = options, host
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         source = options["source"]
@@ -933,26 +934,37 @@ class ImageSource:
             )
             if source == "npz":
                 check_count(len(images), batch_size, options["path"])
-            self.images, self.count = tf.constant(images), len(images)
-            if labels is not None:
-                self._set_classes(class_names(options, labels), labels)
-                self.labels = tf.constant(labels)
+            with tf.device(self.host):  # host memory, whatever device scope builds the task
+                self.images, self.count = tf.constant(images), len(images)
+                if labels is not None:
+                    self._set_classes(class_names(options, labels), labels)
+                    self.labels = tf.constant(labels)
 
     def _set_classes(self, classes, labels):
         if classes is not None:
             self.classes = classes
             self.class_counts = np.bincount(labels, minlength=len(classes))
 
+    def draw(self, batch_size, rng):
+        """One global batch as read: `{"x": uint8}` and, with labels, `{"y": int32}`.
+
+        An in-memory set is gathered on the host (`self.host`), where the images are: only
+        the batch travels to the device that draws it. (TensorFlow has no GPU gather for
+        uint8, and a gather placed there would copy the whole set to the host each step.)
+        """
+        if self.iterator is not None:
+            return next(self.iterator)
+        index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
+        with tf.device(self.host):
+            batch = {"x": tf.gather(self.images, index)}
+            if self.labels is not None:
+                batch["y"] = tf.gather(self.labels, index)
+        return batch
+
     def batch(self, batch_size, rng):
         """One global batch: `{"x": float32 [-1, 1]}` and, with labels, `{"y": int32}`."""
-        if self.iterator is not None:
-            batch = next(self.iterator)
-            return {**batch, "x": _to_float(batch["x"])}
-        index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
-        batch = {"x": _to_float(tf.gather(self.images, index))}
-        if self.labels is not None:
-            batch["y"] = tf.gather(self.labels, index)
-        return batch
+        batch = self.draw(batch_size, rng)
+        return {**batch, "x": pixels_to_float(batch["x"])}
 
     def trackables(self):
         return {"data_iterator": self.iterator} if self.iterator is not None else {}

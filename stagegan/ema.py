@@ -4,6 +4,11 @@ The average covers every weight of the network, BatchNorm statistics included, l
 variable device, is updated inside each stage's step function after the step's updates, and
 is checkpointed with everything else under `ema:<variable path>`. Sampling swaps it into the
 network for the duration of the call (`Ema.swapped`).
+
+Under `mirrored` and `multi_worker` (whose networks are mirrored variables, a copy on each
+replica's device) the average is mirrored too, and each replica's copy is updated on its own
+device from its own copy of the weights (`strategy.extended.update`): no weight goes to the
+host and back each step, and the copies stay equal as the weights do.
 """
 
 import contextlib
@@ -20,17 +25,19 @@ class Ema:
         config: a `config.EmaConfig`.
         networks: the task's `{scope: keras.Model}`; `config.network` picks one.
         device: the variable device.
+        strategy: the `tf.distribute` strategy whose scope built mirrored networks, or None.
     """
 
-    def __init__(self, config, networks, device):
+    def __init__(self, config, networks, device, strategy=None):
         if config.network not in networks:
             raise ConfigError(
                 "ema.network",
                 f"no network {config.network!r} (the task has: {', '.join(networks)})",
             )
-        self.config = config
+        self.config, self.strategy = config, strategy
         self.sources = list(networks[config.network].weights)
-        with tf.device(device):
+        scope = strategy.scope() if strategy is not None else tf.device(device)
+        with scope:
             self.averages = [
                 tf.Variable(tf.convert_to_tensor(v), trainable=False, name="ema")
                 for v in self.sources
@@ -40,10 +47,18 @@ class Ema:
         """Fold the current weights in (`global_step`: steps completed, after this one)."""
         active = tf.cast(global_step > self.config.start, tf.float32)
         decay = active * self.config.decay  # 0 before `start`: the average follows the weights
-        for average, source in zip(self.averages, self.sources, strict=True):
+
+        def fold(average, source):
             value = tf.cast(tf.convert_to_tensor(source), tf.float32)
             mixed = decay * tf.cast(average, tf.float32) + (1.0 - decay) * value
-            average.assign(tf.cast(mixed, average.dtype))
+            return average.assign(tf.cast(mixed, average.dtype))
+
+        for average, source in zip(self.averages, self.sources, strict=True):
+            if self.strategy is None:
+                fold(average, source)
+            else:  # on each replica's device, its copy from its copy
+                variable = getattr(source, "value", source)  # a Keras variable's tf.Variable
+                self.strategy.extended.update(average, fold, args=(variable,))
 
     @contextlib.contextmanager
     def swapped(self):

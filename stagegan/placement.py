@@ -179,11 +179,12 @@ class Placement:
         else:
             where = f"variables on {self.variables}, {count} tower{plural} {listed}"
         # Batches (and their random inputs) are drawn on the variable device; tf.data
-        # sources read and decode on the host CPU.
+        # sources read and decode on the host CPU, and an image task's batches are staged a
+        # step ahead on the variable device (stagegan.staging).
         if self.variables.startswith("/CPU:"):
             data = "data on the host CPU"
         else:
-            data = f"data read on the host CPU, batches drawn on {self.variables}"
+            data = f"data read on the host CPU, batches staged a step ahead on {self.variables}"
         return f"devices: {where}, {data}"
 
 

@@ -11,7 +11,8 @@ the uninterrupted run would have (with `deterministic: true`, to the last bit on
                         into in-memory images) and the noise stream (latents, masks)
     data position       in-memory sources (shapes, folder, npz, keras datasets) draw batches
                         from the data stream, so its state is their position, exactly;
-                        `tfrecord` checkpoints its tf.data iterator (shuffle buffer included)
+                        `tfrecord` checkpoints its tf.data iterator (shuffle buffer included);
+                        an image task's batch staged for the next step is checkpointed too
     sample inputs       `samples/inputs.npz`, written before the first step and reused
 
 Resuming runs in three steps, and nothing in the run folder changes until the first two pass:
@@ -222,10 +223,18 @@ def restore(trainer, plan):
             data), or it does not match the run.
     """
     if plan.entry is not None:
+        import tensorflow as tf
+
         path = plan.prefix
         fresh = appended_objects(trainer, plan.kept_stages)
         objects = {k: v for k, v in trainer.trackables().items() if k not in fresh}
         try:
+            # A checkpoint written before batches were staged holds none: the buffer starts
+            # empty and the first step draws its own batch, as the run would have.
+            stored = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+            objects = {
+                k: v for k, v in objects.items() if k in stored or not k.startswith("data_staged_")
+            }
             status = type(trainer.checkpoint)(**objects).read(path)
             status.assert_existing_objects_matched()
         except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...

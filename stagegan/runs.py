@@ -197,9 +197,10 @@ def restore_run(run_dir, checkpoint=None):
     config = run_config(run_dir)
     _, entry, path = pick_checkpoint(run_dir, checkpoint)
     # Sampling and evaluating need one device, whatever devices or cluster trained the run
-    # (a checkpoint restores into any backend).
+    # (a checkpoint restores into any backend): the first GPU where there is one (`auto`
+    # with one tower), else the CPU.
     one = dataclasses.replace(
-        config.devices, towers=1, variables="/CPU:0", strategy="towers", jit=False
+        config.devices, towers=1, variables="auto", strategy="towers", jit=False
     )
     config = dataclasses.replace(config, devices=one)
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`

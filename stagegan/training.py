@@ -25,6 +25,7 @@ from stagegan.placement import resolve_placement
 from stagegan.precision import LossScale, cpu_warning, dtype_policy, loss_scaled, policy_of
 from stagegan.replicas import is_rng_state, own_gradient_reduction
 from stagegan.schedule import Schedule
+from stagegan.staging import Staging, to_replica_floats
 from stagegan.steps import StageStep, UpdatePlan
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
@@ -83,13 +84,20 @@ class Trainer:
         self.variables, self.global_step = list(model.variables), model.global_step
         self.ema = None
         if config.ema is not None:
-            self.ema = Ema(config.ema, self.networks, self.placement.variables)
+            mirrored = self.placement.backend in ("mirrored", "multi_worker")
+            strategy = self.placement.strategy if mirrored else None
+            self.ema = Ema(config.ema, self.networks, self.placement.variables, strategy)
         self.schedule = Schedule(config.stages, ends)
         self.updates = build_updates(config, model, self.placement)
         check_metrics(config.stages, self.updates.plans, self.task)
         check_keep_best_metric(config.checkpoint.keep_best, self.task)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
+        self.staging = None
+        if self.task.staged_input:  # outside the strategy's scope: plain variables
+            # `task.real_batch` looked up when traced (a benchmark may replace it).
+            fetch = lambda: converted(self.task.real_batch)(config.batch_size)
+            self.staging = Staging(fetch, self.placement.variables)
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None
         self.stage_steps = [
@@ -113,9 +121,11 @@ class Trainer:
         return None if stage.augment is None else self.augmenters[stage.augment.key]
 
     def stage_inputs(self, stage):
-        """A stage's `(draw_batch, compute_terms)`: the task's batch and losses, with the
-        stage's augmentation (its random numbers drawn with the batch, its ops applied to
-        every image the discriminator sees, through `Task.augmenter` while the step traces).
+        """A stage's `(draw_batch, compute_terms)`: the task's batch (its real part staged a
+        step ahead for a task with `staged_input`) and losses (on each replica's shard, its
+        uint8 images converted to float there), with the stage's augmentation (its random
+        numbers drawn with the batch, its ops applied to every image the discriminator sees,
+        through `Task.augmenter` while the step traces).
 
         The step functions trace without AutoGraph (stagegan's own code has no tensor-
         dependent Python branches, and converting it, the optimizers and Keras tripled the
@@ -123,18 +133,19 @@ class Trainer:
         tensors as in any tf.function.
         """
         batch, losses = converted(self.task.batch), converted(self.task.losses)
-        size, task = self.config.batch_size, self.task
+        size, task, staging = self.config.batch_size, self.task, self.staging
         augmenter = self.augmenter_of(stage)
-        if augmenter is None:
-            return (lambda: batch(size)), losses
 
         def draw():
-            return {**batch(size), **augmenter.draw(self.rngs.noise, size)}
+            drawn = batch(size, None if staging is None else staging.next())
+            if augmenter is not None:
+                drawn.update(augmenter.draw(self.rngs.noise, size))
+            return drawn
 
         def compute(shard, terms):
             task.augmenter = augmenter
             try:
-                return losses(shard, terms)
+                return losses(to_replica_floats(shard), terms)
             finally:
                 task.augmenter = None
 
@@ -164,6 +175,8 @@ class Trainer:
         for name, counter in self.updates.in_a_row.items():
             objects[f"guard_in_a_row_{slug(name)}"] = counter
         objects.update(self.task.trackables())
+        if self.staging is not None:
+            objects.update(self.staging.trackables())
         objects.update(self.task.term_state(self.config.used_terms()))  # LeCam's averages
         if self.ema is not None:
             objects.update(self.ema.trackables())
@@ -179,6 +192,8 @@ class Trainer:
         random streams, the task's own objects (its data position) and the guard's
         counters."""
         moving_on = {"global_step", *self.rngs.trackables(), *self.task.trackables()}
+        if self.staging is not None:  # the staged batch is part of the data position
+            moving_on.update(self.staging.trackables())
         return {
             name: obj
             for name, obj in self.trackables().items()

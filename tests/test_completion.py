@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from stagegan.config import parse_config
+from stagegan.staging import to_replica_floats
 from stagegan.tasks.completion import crop_around, draw_holes
 from stagegan.training import Trainer
 
@@ -79,7 +80,7 @@ def trainer():
 
 def test_completed_images_keep_known_pixels_and_losses_match_numpy(trainer):
     task = trainer.task
-    batch = task.batch(4)
+    batch = to_replica_floats(task.batch(4))  # as a replica receives it
     x, mask = batch["x"].numpy(), batch["mask"].numpy()
     raw, completed = (t.numpy() for t in task.complete(batch["x"], batch["mask"], False))
     np.testing.assert_array_equal(completed * (1 - mask), x * (1 - mask))
@@ -95,7 +96,7 @@ def test_completed_images_keep_known_pixels_and_losses_match_numpy(trainer):
 
 def test_r1_is_the_squared_input_gradient_through_both_branches(trainer):
     task = trainer.task
-    batch = task.batch(4)
+    batch = to_replica_floats(task.batch(4))  # as a replica receives it
     x, offsets, crop = batch["x"], batch["crop_offset"].numpy(), task.crop
     with tf.GradientTape() as tape:
         tape.watch(x)

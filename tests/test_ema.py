@@ -7,6 +7,7 @@ import tensorflow as tf
 from test_training import ALL_KINDS, config
 from toytask import read_checkpoint
 
+from stagegan.config import parse_config
 from stagegan.errors import ConfigError
 from stagegan.training import Trainer
 
@@ -49,6 +50,33 @@ def test_average_matches_numpy_across_every_stage_kind(trained):
         np.testing.assert_allclose(average.numpy(), want, rtol=1e-5, atol=1e-6)
     # It is a real average: different from the live weights.
     assert not np.allclose(trainer.ema.averages[0].numpy(), history[-1][0])
+
+
+def test_mirrored_average_is_kept_on_each_replica_and_matches_numpy():
+    """Under `mirrored` each replica's device holds a copy of the average, updated there from
+    that replica's copy of the weights (no host round trip): the copies equal the numpy
+    average, and the graph assigns each copy on its own device."""
+    raw = config(2, ALL_KINDS, ema={"decay": DECAY, "start": START}).raw
+    raw = {**raw, "devices": {"towers": 2, "strategy": "mirrored"}}
+    trainer = Trainer(parse_config(raw))
+    history = run_recording(trainer, trainer.task.generator)
+    expected = numpy_ema(history, DECAY, START)
+    for average, want in zip(trainer.ema.averages, expected, strict=True):
+        copies = average.values
+        assert {c.device[-5:] for c in copies} == {"CPU:0", "CPU:1"}
+        for copy in copies:
+            np.testing.assert_allclose(copy.numpy(), want, rtol=1e-5, atol=1e-6)
+    # strategy.extended.update names each device's fold `update_<replica>`: one assign per
+    # copy of each average, on the copy's device (the optimizers apply inside their own
+    # functions, not at the top level of the step).
+    step = trainer.stage_steps[0].function.get_concrete_function(tf.TensorSpec([], tf.int64))
+    assigns = [
+        op.device[-5:]
+        for op in step.graph.get_operations()
+        if op.type == "AssignVariableOp" and op.name.startswith("update_")
+    ]
+    count = len(trainer.ema.averages)
+    assert sorted(assigns) == ["CPU:0"] * count + ["CPU:1"] * count
 
 
 def test_sampling_uses_the_average_and_restores_the_live_weights(trained):

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from stagegan.config import parse_config
+from stagegan.staging import to_replica_floats
 from stagegan.tasks.completion import Completion, feature_extractor, feature_matching
 from stagegan.training import Trainer
 
@@ -70,7 +71,7 @@ def trainer():
 
 def test_the_term_matches_the_patch_discriminators_layers_run_one_by_one(trainer):
     task = trainer.task
-    batch = task.batch(4)
+    batch = to_replica_floats(task.batch(4))  # as a replica receives it
     x, mask = batch["x"], batch["mask"]
     completed = task.complete(x, mask, training=True)[1]
 

@@ -18,6 +18,7 @@ from stagegan.config import LAZY_DEFAULTS, OPTIMIZER_TYPES, parse_config
 from stagegan.errors import ConfigError
 from stagegan.optimizers import describe, make_optimizer
 from stagegan.planning import describe_plan
+from stagegan.staging import to_replica_floats
 from stagegan.training import Trainer
 
 RNG = np.random.default_rng(0)
@@ -324,7 +325,7 @@ def test_completion_scores_real_against_completed_images():
     }
     task = Trainer(parse_config(raw)).task
     task.lecam.real.assign(0.1), task.lecam.fake.assign(-0.1), task.lecam.count.assign(1)
-    batch = task.batch(4)
+    batch = to_replica_floats(task.batch(4))  # as a replica receives it
     out = task.losses(batch, ["lecam", "bcr"])
     x = batch["x"].numpy()
     completed = task.complete(batch["x"], batch["mask"], training=True)[1].numpy()

@@ -94,6 +94,10 @@ class Task:
     augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
     lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
     consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
+    # Whether `real_batch` reads on the host (tf.data, host memory): the trainer then draws
+    # it a step ahead into a buffer on the device (`stagegan.staging`). Its uint8 tensors
+    # reach `losses` as float32 in [-1, 1], converted on each replica's device.
+    staged_input = False
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -144,10 +148,11 @@ class Task:
         """The random inputs of one global batch (latents, masks): `{name: tensor}`."""
         return {}
 
-    def batch(self, batch_size):
-        """Everything one update application consumes: real examples and random inputs (and
-        bCR's random numbers, when it is on)."""
-        batch = {**self.real_batch(batch_size), **self.random_inputs(batch_size)}
+    def batch(self, batch_size, real=None):
+        """Everything one update application consumes: real examples (`real`, or
+        `real_batch`'s) and random inputs (and bCR's random numbers, when it is on)."""
+        real = self.real_batch(batch_size) if real is None else real
+        batch = {**real, **self.random_inputs(batch_size)}
         if self.consistency is not None:
             batch.update(self.consistency.draw(self.rngs.noise, batch_size))
         return batch
@@ -307,8 +312,10 @@ class Task:
 
 class ImageTask(Task):
     """A task on images from `data.source` (see `stagegan.data`): builds the `ImageSource` and
-    serves its global batches as `{"x": images}` in [-1, 1]. Subclasses call `build_source()`
-    at the start of `build()`."""
+    serves its global batches as `{"x": uint8 images}`, which `losses` receives as float32
+    in [-1, 1]. Subclasses call `build_source()` at the start of `build()`."""
+
+    staged_input = True  # batches read on the host: drawn a step ahead (stagegan.staging)
 
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
@@ -374,7 +381,9 @@ class ImageTask(Task):
         return min(self.eval_count, self.load_pool(self.eval_count).size)
 
     def real_batch(self, batch_size):
-        return self.source.batch(batch_size, self.rngs.data)
+        """`{"x": uint8 images}` (and `"y"`): the trainer stages them on the draw device and
+        each replica converts its shard to float32 in [-1, 1] before `losses` sees it."""
+        return self.source.draw(batch_size, self.rngs.data)
 
     def trackables(self):
         return self.source.trackables()

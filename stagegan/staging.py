@@ -1,0 +1,77 @@
+"""Real batches drawn one step ahead into a buffer on the device that consumes them.
+
+A task whose real batches are read on the host (`Task.staged_input`: a tf.data iterator, or a
+gather from images held in host memory) would otherwise make every step wait for the read
+and the host-to-device copy before its first layer runs. `Staging` keeps the next global
+batch in variables on the step's draw device (`Placement.variables`: the GPU in the
+one-GPU layout): a step consumes the batch that is already there and, in the same step
+function, reads and copies the following one into the buffer. The two share no data, so
+TensorFlow's executor runs the read and copy while the networks compute (the `StagingArea`
+of TensorFlow 1's multi-GPU benchmarks, with a variable in place of the queue).
+
+What changes nothing:
+* the order: the step that finds the buffer empty (the first step of a run, or a resumed
+  run whose checkpoint holds no staged batch) draws its own batch first, then the next one,
+  so the batches consumed are those an unstaged run consumes, in the same order;
+* the position: the buffer and its `full` flag are checkpointed with the data iterator (or
+  the data stream), so a resumed run consumes exactly what the uninterrupted run would.
+
+Images stay uint8 in the buffer (a quarter of float32's bytes to copy and hold); each
+replica converts its own shard to float on its own device (`to_replica_floats`).
+"""
+
+import tensorflow as tf
+
+
+class Staging:
+    """One global batch, staged.
+
+    Args:
+        fetch: `() -> {name: tensor}`, the task's real batch (`Task.real_batch`); called
+            inside the step functions, where the unstaged run calls it.
+        device: where the buffer lives (the draw device).
+    """
+
+    def __init__(self, fetch, device):
+        self.fetch = fetch
+        # The buffer's shapes and dtypes, from a trace of `fetch` that never runs (no
+        # batch is read, no random number drawn).
+        spec = tf.function(fetch, autograph=False).get_concrete_function().structured_outputs
+        with tf.device(device):
+            self.buffer = {
+                name: tf.Variable(
+                    tf.zeros(value.shape, value.dtype), trainable=False, name=f"staged_{name}"
+                )
+                for name, value in spec.items()
+            }
+            self.full = tf.Variable(False, trainable=False, name="staged_full")
+
+    def next(self):
+        """The staged batch (fetched now when the buffer is empty), and the following
+        batch fetched into the buffer."""
+        held = lambda: {name: v.read_value() for name, v in self.buffer.items()}
+        current = tf.cond(self.full.read_value(), held, self.fetch)
+        following = self.fetch()
+        for name, variable in self.buffer.items():
+            variable.assign(following[name])
+        self.full.assign(True)
+        return current
+
+    def trackables(self):
+        """The checkpointed buffer (`data_staged_<name>`, `data_staged_full`)."""
+        objects = {f"data_staged_{name}": v for name, v in self.buffer.items()}
+        return {**objects, "data_staged_full": self.full}
+
+
+def to_replica_floats(shard):
+    """A shard with its uint8 tensors (images in [0, 255]) as float32 in [-1, 1], converted
+    where it is called: inside a replica's pass, on that replica's device."""
+    return {
+        name: pixels_to_float(value) if value.dtype == tf.uint8 else value
+        for name, value in shard.items()
+    }
+
+
+def pixels_to_float(images):
+    """uint8 pixels in [0, 255] to float32 in [-1, 1]."""
+    return tf.cast(images, tf.float32) / 127.5 - 1.0
