@@ -16,7 +16,9 @@ together), batch `--batch` per GPU. It measures, as medians of interleaved round
    default now: variables on the GPU); `jit`; mixed precision `float16` (loss scaling) and
    `bfloat16` (none), alone and with `jit`.
 2. Data wait: the `auto` step against the same step with a constant real batch, for the
-   in-memory set and for a streamed folder of 64 px PNGs (tf.data on the host CPU).
+   in-memory set and for a streamed folder of 64 px PNGs (tf.data on the host CPU); and the
+   same step with its batches drawn in the step instead of staged a step ahead
+   (`stagegan.staging`), to say what the staging buffer saves.
 3. Scaling over the visible GPUs, `--batch` per GPU (weak scaling): `towers` and `mirrored`
    on 1, 2, 4, 8 GPUs (as many as there are); efficiency = images/s at N / (N x at 1).
 4. `launch --workers 2 --gpus-per-worker 1` (needs 2 GPUs) against one `train` process on one
@@ -85,8 +87,20 @@ def measure_layouts(args, table):
     return seconds
 
 
+def unstaged_trainer_of(*args):
+    """`trainer_of(*args)` whose real batches are drawn in the step, not staged ahead."""
+    from stagegan.tasks.base import ImageTask
+
+    ImageTask.staged_input = False
+    try:
+        return trainer_of(*args)
+    finally:
+        ImageTask.staged_input = True
+
+
 def measure_data_wait(args, folder):
-    """`{source: (step seconds, share of it spent on data)}` for the `auto` layout."""
+    """`{source: (step seconds, share of it spent on data, unstaged step seconds)}` for the
+    `auto` layout."""
     import tensorflow as tf
     from input_pipeline import constant_data
 
@@ -104,11 +118,13 @@ def measure_data_wait(args, folder):
     for name, options in sources.items():
         real = trainer_of({"towers": 1}, args.batch, args.width, options)
         fixed = trainer_of({"towers": 1}, args.batch, args.width, options)
+        unstaged = unstaged_trainer_of({"towers": 1}, args.batch, args.width, options)
         constant_data(fixed)
-        runs = {"real": stage_runner(real), "fixed": stage_runner(fixed)}
+        runs = {name: stage_runner(t) for name, t in (("real", real), ("fixed", fixed))}
+        runs["unstaged"] = stage_runner(unstaged)
         seconds = interleaved_medians(runs, args.steps, args.rounds)
         share = max(0.0, seconds["real"] - seconds["fixed"]) / seconds["real"]
-        found[name] = (seconds["real"], share)
+        found[name] = (seconds["real"], share, seconds["unstaged"])
     return found
 
 
@@ -222,9 +238,10 @@ def main():
         rate = batch / seconds
         print(f"{where:<8} {name:<13} {count:>4} {batch:>6} {seconds * 1e3:9.2f} {rate:9.1f} "
               f"{rate / auto_rate:8.3f}")  # fmt: skip
-    for source, (seconds, share) in waits.items():
+    for source, (seconds, share, unstaged) in waits.items():
         print(f"data wait, {source}: {share * 100:.1f}% of a {seconds * 1e3:.2f} ms step "
-              "(target < 5%)")  # fmt: skip
+              f"(target < 5%); drawn in the step instead of staged: {unstaged * 1e3:.2f} ms "
+              f"({unstaged / seconds:.3f}x)")  # fmt: skip
     if isinstance(launched, str):
         print(f"launch: {launched}")
     elif launched:

@@ -24,7 +24,7 @@ Ops (images in [-1, 1], NHWC), each applied to an image with probability `p`:
   (+ N(0, 0.2)), `contrast` (x lognormal(0, 0.5 ln 2)), `saturation` (x lognormal(0, ln 2)
   around the grey axis; colour images only).
 
-The random draws come from the run's noise stream, for the whole global batch, before it is
+The random draws come from the run's augmentation stream, for the whole global batch, before it is
 split across replicas (`Augmenter.draw`), so 1 tower, 4 towers and a mirrored strategy give the
 same augmentations, and a deterministic run stays deterministic.
 
@@ -86,7 +86,7 @@ class Augmenter:
     def draw(self, noise, count):
         """Random numbers for `count` real and `count` generated images:
         `{"augment_real": [count, K], "augment_fake": [count, K]}`, from `noise` (the run's
-        noise stream), independent of p."""
+        augmentation stream), independent of p."""
         k = sum(widths(self.config.ops))
         return {
             "augment_real": noise.uniform([count, k]),

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from stagegan.errors import WriteError
+from stagegan.rundirs import atomic_write
 
 INDEX = "index.json"
 SUPERSEDED = "superseded"
@@ -248,15 +249,10 @@ class CheckpointStore:
 
     def _write_index(self, entries):
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / (INDEX + ".tmp")
+        text = json.dumps({"checkpoints": entries}, indent=1)
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"checkpoints": entries}, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.directory / INDEX)
+            atomic_write(self.directory / INDEX, text, durable=True)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise CheckpointWriteError(
                 "checkpoint", f"cannot write {self.directory / INDEX}: {e.strerror}"
             ) from None

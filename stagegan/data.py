@@ -34,7 +34,6 @@ from stagegan.staging import pixels_to_float
 
 log = logging.getLogger("stagegan")
 
-SOURCES = ("shapes", "folder", "npz", "tfrecord", "mnist", "fashion_mnist", "cifar10")
 DEFAULTS = {
     "source": "shapes",
     "path": None,
@@ -160,31 +159,15 @@ def load_images(options, seed, held_out=False):
     `shapes`, the test split for keras datasets, and the same files otherwise. A folder's
     unreadable files are left out, with a warning naming each.
     """
-    source = options["source"]
-    size, channels = options["size"], options["channels"]
-    if source == "shapes":
-        count = SHAPES_HELD_OUT if held_out else options["count"]
-        return draw_shapes(count, size, seed + (7919 if held_out else 0), channels)
-    if source == "npz":
-        return _load_npz(options)[0]
-    if source == "folder":
-        listing = list_folder(options)
-        images, ok = decode_files(listing.files, size, channels)
-        if not ok.any():
-            raise ConfigError("data.path", f"no readable image among the files of {listing.path}")
-        return images[ok]
-    if source in ("mnist", "fashion_mnist", "cifar10"):
-        return _load_keras(source, held_out, options)
-    return None
+    return source_of(options).load(seed, held_out)
 
 
 SHAPES_HELD_OUT = 10000  # the held-out split of `shapes`: as large as FID's usual sample count
-HELD_OUT_SOURCES = ("shapes", "mnist", "fashion_mnist", "cifar10")
 
 
 def has_held_out(source):
     """Whether `load_images(..., held_out=True)` gives images that training never sees."""
-    return source in HELD_OUT_SOURCES
+    return SOURCES[source].held_out
 
 
 class Pool:
@@ -204,25 +187,7 @@ def reference_pool(options, seed, count):
     """The `Pool` behind `ImageTask.reference_images`: the held-out split where the source
     has one; a folder's files (decoded when chosen, so memory does not grow with the folder);
     a stream's first `count` images."""
-    source = options["source"]
-    if source == "folder":
-        listing = list_folder(options)
-        files, labels = np.array(listing.files), listing.labels
-
-        def load(indices):
-            images, ok = decode_files(files[indices], options["size"], options["channels"])
-            return images[ok], None if labels is None else labels[indices][ok]
-
-        return Pool(len(files), False, load)
-    held_out = has_held_out(source)
-    if source == "tfrecord":
-        images, labels = take_stream_images(options, count)
-    elif source == "npz":
-        images, labels = _load_npz(options)
-    else:
-        images, labels = load_images(options, seed, held_out=held_out), None
-    take = lambda i: (images[i], None if labels is None else labels[i])
-    return Pool(len(images), held_out, take)
+    return source_of(options).pool(seed, count)
 
 
 def take_stream_images(options, count):
@@ -769,18 +734,6 @@ CACHES = ("none", "memory")
 KERAS_IMAGES = 60000  # the largest training split of the keras datasets
 
 
-def _held(options):
-    """The images a source holds in memory, known before it loads them, and the key of that
-    count: `data.count` images drawn, a keras dataset's training split (an npz file's are
-    known once loaded; a folder's cache, once listed)."""
-    source = options["source"]
-    if source == "shapes":
-        return options["count"], "data.count"
-    if source in ("npz", "tfrecord"):
-        return 0, "data.path"
-    return KERAS_IMAGES, "data.source"
-
-
 def check_memory(options, batch_size, held=0, held_key="data.count"):
     """Refuse sizes whose arrays would not fit in this machine's memory, before any is
     allocated (`stagegan.memory.check_image_memory`): `held` images kept (`held_key`: a
@@ -793,11 +746,7 @@ def check_memory(options, batch_size, held=0, held_key="data.count"):
     """
     size, channels = options["size"], options["channels"]
     image = size * size * channels
-    if options["source"] == "shapes":
-        drawn = min(held, shapes_chunk(size))
-        start = ("data.size", drawn * size * size * DRAW_BYTES, f"{drawn:,} drawn at a time")
-    else:
-        start = ("data.size", DECODE_AT_ONCE * image, f"up to {DECODE_AT_ONCE} decoded at a time")
+    start = ("data.size", *source_of(options).start_up(held))
     parts = [
         (held_key, held * image, f"{held:,} images of {size} px held"),
         start,
@@ -818,7 +767,8 @@ def check_options(options):
     """Check the generic data options (types are checked by the task's defaults)."""
     source = options["source"]
     if source not in SOURCES:
-        raise ConfigError("data.source", f"unknown source {source!r} (known: {', '.join(SOURCES)})")
+        known = ", ".join(SOURCES)
+        raise ConfigError("data.source", f"unknown source {source!r} (known: {known})")
     if options["size"] < 4:
         raise ConfigError("data.size", f"must be at least 4. Received: {options['size']}")
     if options["channels"] not in (1, 3):
@@ -829,7 +779,7 @@ def check_options(options):
         raise ConfigError(
             "data.cache", f"must be one of {', '.join(CACHES)}. Received: {options['cache']!r}"
         )
-    if options["cache"] != "none" and source != "folder":
+    if options["cache"] != "none" and not SOURCES[source].cached:
         raise ConfigError("data.cache", f"applies to source folder only, not {source!r}")
     _check_label_options(options)
 
@@ -838,7 +788,7 @@ def _check_label_options(options):
     source = options["source"]
     labels, classes = options["labels"], options["classes"]
     if labels is not None:
-        if source not in ("folder", "npz", "tfrecord"):
+        if SOURCES[source].labels is None:
             raise ConfigError(
                 "data.labels",
                 f"source {source!r} has no labels (folder: 'subfolders'; npz: an array name; "
@@ -847,7 +797,7 @@ def _check_label_options(options):
         if not isinstance(labels, str) or not labels:
             raise ConfigError("data.labels", f"must be a name. Received: {labels!r}")
     if classes is not None:
-        if labels is None or source == "folder":
+        if labels is None or SOURCES[source].labels == "subfolders":
             raise ConfigError(
                 "data.classes",
                 "names the classes of npz or tfrecord labels (a folder's are its subfolders)",
@@ -884,6 +834,202 @@ def check_count(count, batch_size, path):
         )
 
 
+# Sources -----------------------------------------------------------------------------------------
+#
+# One class per `data.source`, in the registry `SOURCES` (as big_vision's `datasets/core.py`
+# registers its datasets): what it can do (a held-out split, a stream, labels, a cache), its
+# checks, how it loads its images, the real images samples and metrics choose from, and how an
+# `ImageSource` serves its batches. A new source is one class here and `@register`.
+
+SOURCES = {}  # data.source -> its Source class
+
+
+def register(cls):
+    """Add a `Source` class to the registry under each of its `names`."""
+    for name in cls.names:
+        SOURCES[name] = cls
+    return cls
+
+
+def source_of(options):
+    """The `Source` of a data section (`options["source"]` must be registered)."""
+    return SOURCES[options["source"]](options)
+
+
+class Source:
+    """One kind of `data.source`.
+
+    Attributes (of the class):
+        names: the `data.source` values it serves.
+        held_out: `load(held_out=True)` gives images that training never sees.
+        streamed: batches come from a checkpointed tf.data iterator (no random access: the
+            reference images are the stream's first ones).
+        labels: what `data.labels` names (`"subfolders"`, an array or a feature), or None
+            when the source has no labels.
+        cached: whether `data.cache` applies.
+        features: the features `eval` uses when none are named (`stagegan.evaluation`).
+    """
+
+    names = ()
+    held_out = False
+    streamed = False
+    labels = None
+    cached = False
+    features = "inception"
+
+    def __init__(self, options):
+        self.options = options
+
+    def held(self):
+        """`(images held in memory, known before loading them, the key of that count)`."""
+        return 0, "data.path"
+
+    def start_up(self, held):
+        """`(bytes, what)` of the images decoded or drawn at once at start-up."""
+        image = self.options["size"] ** 2 * self.options["channels"]
+        return DECODE_AT_ONCE * image, f"up to {DECODE_AT_ONCE} decoded at a time"
+
+    def load(self, seed, held_out=False):
+        """All images, uint8 [N, H, W, C] (None for a stream)."""
+        raise NotImplementedError
+
+    def pool(self, seed, count):
+        """The `Pool` that samples and metrics choose real images from."""
+        images, labels = self.load(seed, held_out=self.held_out), None
+        return in_memory_pool(images, labels, self.held_out)
+
+    def open(self, target, seed, batch_size):
+        """Prepare `target` (an `ImageSource`) to serve global batches of `batch_size`: an
+        in-memory set (`target.hold`) or an iterator (`target.iterator`)."""
+        check_memory(self.options, batch_size, *self.held())
+        target.hold(self.load(seed), None)
+
+
+def in_memory_pool(images, labels, held_out):
+    take = lambda i: (images[i], None if labels is None else labels[i])
+    return Pool(len(images), held_out, take)
+
+
+@register
+class ShapesSource(Source):
+    """`shapes`: coloured shapes drawn from the seed (`draw_shapes`); the held-out split is
+    drawn from another seed."""
+
+    names = ("shapes",)
+    held_out = True
+    features = "shapes"
+
+    def held(self):
+        return self.options["count"], "data.count"
+
+    def start_up(self, held):
+        size = self.options["size"]
+        drawn = min(held, shapes_chunk(size))
+        return drawn * size * size * DRAW_BYTES, f"{drawn:,} drawn at a time"
+
+    def load(self, seed, held_out=False):
+        o = self.options
+        count = SHAPES_HELD_OUT if held_out else o["count"]
+        return draw_shapes(count, o["size"], seed + (7919 if held_out else 0), o["channels"])
+
+
+@register
+class KerasSource(Source):
+    """`mnist`, `fashion_mnist`, `cifar10`: Keras's download; the test split is held out."""
+
+    names = ("mnist", "fashion_mnist", "cifar10")
+    held_out = True
+
+    def held(self):
+        return KERAS_IMAGES, "data.source"
+
+    def load(self, seed, held_out=False):
+        return _load_keras(self.options["source"], held_out, self.options)
+
+
+@register
+class NpzSource(Source):
+    """`npz`: one array of images (`data.key`) and optionally one of labels."""
+
+    names = ("npz",)
+    labels = "an array name"
+
+    def load(self, seed, held_out=False):
+        return _load_npz(self.options)[0]
+
+    def pool(self, seed, count):
+        return in_memory_pool(*_load_npz(self.options), False)
+
+    def open(self, target, seed, batch_size):
+        check_memory(self.options, batch_size, *self.held())
+        images, labels = _load_npz(self.options)
+        check_count(len(images), batch_size, self.options["path"])
+        classes = None if labels is None else class_names(self.options, labels)
+        target.hold(images, labels, classes)
+
+
+@register
+class FolderSource(Source):
+    """`folder`: PNG and JPEG files, streamed (or cached with `data.cache: memory`), labelled
+    by their subfolders."""
+
+    names = ("folder",)
+    labels = "subfolders"
+    cached = True
+
+    def load(self, seed, held_out=False):
+        o = self.options
+        listing = list_folder(o)
+        images, ok = decode_files(listing.files, o["size"], o["channels"])
+        if not ok.any():
+            raise ConfigError("data.path", f"no readable image among the files of {listing.path}")
+        return images[ok]
+
+    def pool(self, seed, count):
+        o = self.options
+        listing = list_folder(o)
+        files, labels = np.array(listing.files), listing.labels
+
+        def load(indices):  # decoded when chosen: memory does not grow with the folder
+            images, ok = decode_files(files[indices], o["size"], o["channels"])
+            return images[ok], None if labels is None else labels[indices][ok]
+
+        return Pool(len(files), False, load)
+
+    def open(self, target, seed, batch_size):
+        o = self.options
+        listing = list_folder(o)
+        check_count(len(listing.files), batch_size, listing.path)
+        memory = o["cache"] == "memory"
+        check_memory(o, batch_size, len(listing.files) if memory else 0, "data.cache")
+        check_readable(listing, o)
+        target.count = len(listing.files)
+        target._set_classes(listing.classes, listing.labels)
+        cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
+        target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
+
+
+@register
+class TfrecordSource(Source):
+    """`tfrecord`: a seeded shuffle buffer over TFRecord files; labels are a feature."""
+
+    names = ("tfrecord",)
+    streamed = True
+    labels = "a feature name"
+
+    def load(self, seed, held_out=False):
+        return None
+
+    def pool(self, seed, count):
+        return in_memory_pool(*take_stream_images(self.options, count), False)
+
+    def open(self, target, seed, batch_size):
+        check_memory(self.options, batch_size, *self.held())
+        target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
+        if self.options["labels"] is not None:
+            target.classes = [str(name) for name in self.options["classes"]]
+
+
 class ImageSource:
     """The images of a run, served one global batch at a time inside the step function:
     `{"x": uint8 images}` (`draw`: converted to float32 in [-1, 1] by each replica on its
@@ -909,36 +1055,16 @@ class ImageSource:
         self.options, self.host = options, host
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
-        source = options["source"]
-        if source != "folder":  # a folder's cache: checked once its files are listed
-            check_memory(options, batch_size, *_held(options))
-        if source == "tfrecord":
-            self.iterator = iter(tfrecord_dataset(options, seed, batch_size))
-            if options["labels"] is not None:
-                self.classes = [str(name) for name in options["classes"]]
-        elif source == "folder":
-            listing = list_folder(options)
-            check_count(len(listing.files), batch_size, listing.path)
-            cached = len(listing.files) if options["cache"] == "memory" else 0
-            check_memory(options, batch_size, cached, "data.cache")
-            check_readable(listing, options)
-            self.count = len(listing.files)
-            self._set_classes(listing.classes, listing.labels)
-            cached = None
-            if options["cache"] == "memory":
-                cached = decode_files(listing.files, options["size"], options["channels"])
-            self.iterator = iter(folder_dataset(listing, options, seed, batch_size, cached))
-        else:
-            images, labels = (
-                _load_npz(options) if source == "npz" else (load_images(options, seed), None)
-            )
-            if source == "npz":
-                check_count(len(images), batch_size, options["path"])
-            with tf.device(self.host):  # host memory, whatever device scope builds the task
-                self.images, self.count = tf.constant(images), len(images)
-                if labels is not None:
-                    self._set_classes(class_names(options, labels), labels)
-                    self.labels = tf.constant(labels)
+        self.kind = source_of(options)
+        self.kind.open(self, seed, batch_size)
+
+    def hold(self, images, labels, classes=None):
+        """Keep an in-memory set (uint8 images, int labels or None) in host memory."""
+        with tf.device(self.host):  # host memory, whatever device scope builds the task
+            self.images, self.count = tf.constant(images), len(images)
+            if labels is not None:
+                self._set_classes(classes, labels)
+                self.labels = tf.constant(labels)
 
     def _set_classes(self, classes, labels):
         if classes is not None:

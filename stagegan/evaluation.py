@@ -274,9 +274,13 @@ SELFSUP = "selfsup"
 
 
 def default_features(options):
-    """The feature extractor `eval` uses when none is named: the shapes classifier for the
-    built-in `shapes` source (offline, see `stagegan.shapes_net`), InceptionV3 otherwise."""
-    return SHAPES if options["source"] == "shapes" else INCEPTION
+    """The feature extractor `eval` uses when none is named (the source's `features`): the
+    shapes classifier for the built-in `shapes` source (offline, see `stagegan.shapes_net`),
+    InceptionV3 otherwise."""
+    from stagegan.data import SOURCES
+
+    kind = SOURCES.get(options["source"])
+    return kind.features if kind is not None else INCEPTION
 
 
 def describe_features(spec):

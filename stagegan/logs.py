@@ -10,11 +10,12 @@
 import json
 import logging
 import math
-import os
 import sys
 import time
 
 import numpy as np
+
+from stagegan.rundirs import atomic_write
 
 log = logging.getLogger("stagegan")
 
@@ -342,9 +343,7 @@ def plot_losses(records, stages, path, total_steps=None, ended=()):
             under the dashed boundary).
     """
     figure = loss_figure(records, stages, total_steps, ended)
-    tmp = f"{path}.tmp.png"
-    figure.savefig(tmp, dpi=PLOT_DPI, format="png")
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=PLOT_DPI, format="png"))
     return path
 
 

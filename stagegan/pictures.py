@@ -5,11 +5,11 @@ serves a PNG file and a TensorBoard image alike. PNGs are encoded by TensorFlow 
 no timestamps): the same array always gives the same bytes.
 """
 
-import contextlib
 import math
-import os
 
 import numpy as np
+
+from stagegan.rundirs import atomic_write
 
 GAP = 2  # pixels between tiles
 MIN_TILE = 64  # small images are enlarged (nearest neighbour) to at least this side
@@ -139,13 +139,8 @@ def encode_png(picture):
 def write_png(picture, path):
     """Write a picture as a PNG, atomically (a reader never sees half a file)."""
     data = encode_png(picture)
-    tmp = f"{path}.tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        atomic_write(path, data)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise OSError(e.errno, e.strerror, str(path)) from None
     return path

@@ -30,7 +30,7 @@ the averages take each batch's means as they are and the penalty is 0 (StudioGAN
 T applies the ops of `loss.bcr_ops`, `{op: probability}` in order (the `augment:` ops of
 `stagegan.augment`); the default `{xflip: 0.5, translation: 1.0}` is StudioGAN's
 `CR_DiffAug`, the paper's flip and shift by up to 1/8 of the side. G(z) is held constant:
-bCR trains the discriminator. Its random numbers come from the run's noise stream, drawn
+bCR trains the discriminator. Its random numbers come from the run's augmentation stream, drawn
 for the whole global batch before it is split (`Consistency.draw`), so towers agree and a
 deterministic run stays deterministic. With `augment:` the discriminator sees x and T(x)
 through the same augmentation.

@@ -22,7 +22,6 @@ Resuming runs in three steps, and nothing in the run folder changes until the fi
 
 import datetime
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from stagegan.checkpoints import CheckpointStore
 from stagegan.config import apply_overrides, format_key_path, parse_config
 from stagegan.errors import ConfigError, first_line
 from stagegan.logs import append_jsonl, tensorboard_session_start
+from stagegan.rundirs import atomic_write
 from stagegan.runs import pick_checkpoint, run_config
 from stagegan.samples import INPUTS, read_inputs
 from stagegan.schedule import Schedule
@@ -229,12 +229,11 @@ def restore(trainer, plan):
         fresh = appended_objects(trainer, plan.kept_stages)
         objects = {k: v for k, v in trainer.trackables().items() if k not in fresh}
         try:
-            # A checkpoint written before batches were staged holds none: the buffer starts
-            # empty and the first step draws its own batch, as the run would have.
+            # Objects that checkpoints of earlier versions lack start fresh: the staged batch
+            # (the first step draws its own, as the run would have) and the augmentation's
+            # random stream (drawn from the noise stream before).
             stored = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
-            objects = {
-                k: v for k, v in objects.items() if k in stored or not k.startswith("data_staged_")
-            }
+            objects = {k: v for k, v in objects.items() if k in stored or not later_addition(k)}
             status = type(trainer.checkpoint)(**objects).read(path)
             status.assert_existing_objects_matched()
         except Exception as e:  # noqa: BLE001 - DataLossError, OpError, AssertionError, ...
@@ -252,6 +251,11 @@ def restore(trainer, plan):
                 f"{path} holds global step {trainer.step_count}, not {plan.step}: damaged",
             )
     set_learning_rates(trainer)
+
+
+def later_addition(name):
+    """Whether checkpoint object `name` was added after checkpoints that may lack it."""
+    return name.startswith("data_staged_") or name == "rng_augment"
 
 
 def appended_objects(trainer, kept):
@@ -335,9 +339,7 @@ def commit(plan, log):
     if (run_dir / "tensorboard").is_dir():  # TensorBoard then drops the later events
         tensorboard_session_start(run_dir / "tensorboard", step + 1)
     if plan.changes:
-        tmp = run_dir / "config.yaml.tmp"
-        tmp.write_text(plan.config.to_yaml(), encoding="utf-8")
-        os.replace(tmp, run_dir / "config.yaml")
+        atomic_write(run_dir / "config.yaml", plan.config.to_yaml())
     record = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": None if plan.entry is None else plan.entry["prefix"],
@@ -374,7 +376,5 @@ def drop_records_after(path, step):
             except json.JSONDecodeError:
                 continue
             (dropped if record.get("step", 0) > step else kept).append(line.rstrip("\n"))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, "".join(line + "\n" for line in kept))
     return [json.loads(line) for line in dropped]

@@ -18,7 +18,7 @@ from stagegan.cluster import is_chief
 from stagegan.loop import check_evaluation, train
 from stagegan.planning import describe_plan
 from stagegan.resume import commit, plan_resume, restore
-from stagegan.rundirs import check_new_run_dir, create_run_dir, lock_run_dir
+from stagegan.rundirs import atomic_write, check_new_run_dir, create_run_dir, lock_run_dir
 from stagegan.runs import evaluate_run, resolve_init, restore_run, sample_arrays
 from stagegan.training import Trainer
 from stagegan.until import never_checked
@@ -51,9 +51,7 @@ def start(config, run_dir=None, chief=True):
         return worker(trainer, run_dir)
     run_dir = create_run_dir(run_dir, name=config.name)
     lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(config.to_yaml(), encoding="utf-8")
-    os.replace(tmp, run_dir / "config.yaml")
+    atomic_write(run_dir / "config.yaml", config.to_yaml())
     log.info("run folder: %s", run_dir)
     train(trainer, run_dir)
     return run_dir

@@ -139,7 +139,7 @@ class Trainer:
         def draw():
             drawn = batch(size, None if staging is None else staging.next())
             if augmenter is not None:
-                drawn.update(augmenter.draw(self.rngs.noise, size))
+                drawn.update(augmenter.draw(self.rngs.augment, size))
             return drawn
 
         def compute(shard, terms):

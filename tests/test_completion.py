@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 
 from stagegan.config import parse_config
+from stagegan.errors import ConfigError
 from stagegan.staging import to_replica_floats
-from stagegan.tasks.completion import crop_around, draw_holes
+from stagegan.tasks.completion import crop_around, draw_holes, feathered
 from stagegan.training import Trainer
 
 OPTIONS = {"hole_min": 0.25, "hole_max": 0.5, "strokes": 0}
@@ -92,6 +93,47 @@ def test_completed_images_keep_known_pixels_and_losses_match_numpy(trainer):
     assert float(terms["reconstruction"]) == pytest.approx(per_image.mean(), rel=1e-4)
     per_image = (np.abs(raw - x) * hole).sum(axis=(1, 2, 3))
     assert float(terms["reconstruction_l1"]) == pytest.approx(per_image.mean(), rel=1e-4)
+
+
+def test_feathered_weights_ramp_down_around_the_hole_by_hand():
+    mask = np.zeros((1, 8, 8, 1), np.float32)
+    mask[0, 3:5, 3:5] = 1.0  # a 2 x 2 hole
+    weights = feathered(tf.constant(mask), 2).numpy()[0, :, :, 0]
+    # Chessboard distance d from the hole: 1 in it, (3 - d) / 3 for d = 1, 2, then 0.
+    expected = np.zeros((8, 8), np.float32)
+    for i in range(8):
+        for j in range(8):
+            d = max(max(3 - i, i - 4, 0), max(3 - j, j - 4, 0))
+            expected[i, j] = (3 - d) / 3 if d <= 2 else 0.0
+    np.testing.assert_allclose(weights, expected, atol=1e-6)
+
+
+def test_feathered_completion_blends_the_band_and_weighs_its_reconstruction(trainer):
+    task = trainer.task
+    batch = to_replica_floats(task.batch(4))
+    x, mask = batch["x"].numpy(), batch["mask"].numpy()
+    task.model["feather"] = 2
+    try:
+        raw, completed = (t.numpy() for t in task.complete(batch["x"], batch["mask"], False))
+        terms = task.losses(batch, ("reconstruction_l1",))
+    finally:
+        task.model["feather"] = 0
+    w = feathered(tf.constant(mask), 2).numpy()
+    assert ((w > 0) & (w < 1)).any() and (w[mask == 1] == 1).all()
+    np.testing.assert_allclose(completed, x * (1 - w) + raw * w, atol=1e-6)
+    outside = np.broadcast_to(w == 0, x.shape)
+    np.testing.assert_array_equal(completed[outside], x[outside])  # beyond the band: untouched
+    per_image = (np.abs(raw - x) * w).sum(axis=(1, 2, 3))  # the task's reduction: sum
+    assert float(terms["reconstruction_l1"]) == pytest.approx(per_image.mean(), rel=1e-4)
+
+
+@pytest.mark.parametrize("feather", [-1, 1.5, True, "2"])
+def test_feather_must_be_whole_pixels(feather):
+    raw = {"task": "completion", "batch_size": 4, "data": {"size": 16, "count": 8}}
+    raw["model"] = {"width": 2, "dilations": [2], "feather": feather}
+    with pytest.raises(ConfigError) as error:
+        Trainer(parse_config({**raw, "stages": STAGES[:1]}))
+    assert error.value.key == "model.feather"
 
 
 def test_r1_is_the_squared_input_gradient_through_both_branches(trainer):

@@ -302,3 +302,31 @@ def test_sizes_that_cannot_fit_are_refused_before_anything_allocates(monkeypatch
     )
     monkeypatch.setattr(memory, "physical_memory", lambda: 2 * 10**9)
     preparing.check_arguments(".", "unused", size=1024)  # 21 images at a time: 66 MB
+
+
+def test_a_new_source_is_one_registered_class():
+    """The registry: a class with its names and its images is a `data.source` that batches,
+    reference pools and the checks all know."""
+
+    class Stripes(data.Source):
+        names = ("stripes",)
+
+        def load(self, seed, held_out=False):
+            images = np.zeros((6, 4, 4, 1), np.uint8)
+            images[:, ::2] = 255  # white even rows
+            return images
+
+    data.register(Stripes)
+    try:
+        opts = options(source="stripes", size=4, channels=1)
+        data.check_options(opts)
+        batch = data.ImageSource(opts, 0, 2).batch(2, tf.random.Generator.from_seed(0))
+        np.testing.assert_array_equal(batch["x"].numpy()[0, :, 0, 0], [1.0, -1.0, 1.0, -1.0])
+        assert data.reference_pool(opts, 0, 3).size == 6
+        assert not data.has_held_out("stripes")
+        with pytest.raises(ConfigError, match="data.labels"):
+            data.check_options({**opts, "labels": "y"})  # a source without labels
+    finally:
+        del data.SOURCES["stripes"]
+    with pytest.raises(ConfigError, match="unknown source 'stripes'"):
+        data.check_options(opts)

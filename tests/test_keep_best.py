@@ -102,7 +102,7 @@ def test_the_next_stage_starts_from_the_best_weights_and_optimizer_state(runs):
     at_best = read_checkpoint(reference / "checkpoints" / f"ckpt-{best:08d}")
     at_end = read_checkpoint(reference / "checkpoints" / end["prefix"])
     restored = read_checkpoint(rollback / "checkpoints" / stage_end(rollback, "joint")["prefix"])
-    moving_on = ("global_step", "rng_data", "rng_noise", "toy_draws", "guard_in_a_row_")
+    moving_on = ("global_step", "rng_", "toy_draws", "guard_in_a_row_")
     assert any(k.startswith("optimizer_g") for k in restored)
     for key, value in restored.items():
         if key == "_CHECKPOINTABLE_OBJECT_GRAPH":

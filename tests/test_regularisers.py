@@ -297,7 +297,7 @@ def test_bcr_and_lecam_on_two_towers_train_what_one_device_does(image_one_device
         np.testing.assert_allclose(b.numpy(), a.numpy(), atol=1e-5)
     bcr = [m["discriminator/bcr"] for m in metrics]
     assert [m["discriminator/bcr"] for m in other_metrics] == pytest.approx(bcr, rel=1e-4)
-    # The draws come from the noise stream, per global batch: the same transform.
+    # The draws come from the augmentation stream, per global batch: the same transform.
     _, averages = state(one)
     np.testing.assert_allclose(state(other)[1], averages, rtol=1e-5)
 

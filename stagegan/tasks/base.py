@@ -35,31 +35,34 @@ import tensorflow as tf
 
 from stagegan import losses, pictures, regularisers
 from stagegan.config import format_key_path
-from stagegan.data import ImageSource, reference_pool
+from stagegan.data import ImageSource, reference_pool, source_of
 from stagegan.errors import ConfigError, first_line
 from stagegan.layers import pack, unpack
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
 # 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
 # `from_seed(s)` shifted by one block: seeds that differ by 1 would share their numbers.)
-DATA_STREAM, NOISE_STREAM = 0, 1
+DATA_STREAM, NOISE_STREAM, AUGMENT_STREAM = 0, 1, 2
 
 
 class RandomStreams:
     """The run's stateful random generators, checkpointed with everything else.
 
-    `data` draws generated datasets and shuffles; `noise` draws latents and masks. Both are
-    drawn for the whole global batch, before it is split across towers, so the same seed gives
-    the same training whatever the number of towers.
+    `data` draws generated datasets and shuffles; `noise` draws latents and masks; `augment`
+    draws the random numbers of `augment:` and bCR's transforms, so that turning them on or
+    off leaves every latent, mask and batch of a seed as it was (an ablation changes one
+    thing). All are drawn for the whole global batch, before it is split across towers, so
+    the same seed gives the same training whatever the number of towers.
     """
 
     def __init__(self, seed):
         self.seed = seed
         self.data = make_generator(seed, DATA_STREAM)
         self.noise = make_generator(seed, NOISE_STREAM)
+        self.augment = make_generator(seed, AUGMENT_STREAM)
 
     def trackables(self):
-        return {"rng_data": self.data, "rng_noise": self.noise}
+        return {"rng_data": self.data, "rng_noise": self.noise, "rng_augment": self.augment}
 
 
 def float32(tensor):
@@ -154,7 +157,7 @@ class Task:
         real = self.real_batch(batch_size) if real is None else real
         batch = {**real, **self.random_inputs(batch_size)}
         if self.consistency is not None:
-            batch.update(self.consistency.draw(self.rngs.noise, batch_size))
+            batch.update(self.consistency.draw(self.rngs.augment, batch_size))
         return batch
 
     def losses(self, batch, terms):
@@ -321,6 +324,11 @@ class ImageTask(Task):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
 
     @property
+    def source_kind(self):
+        """The `stagegan.data.Source` of `data.source`."""
+        return source_of(self.data)
+
+    @property
     def classes(self):
         """The class names of labelled data (`data.labels`), or None."""
         return self.source.classes
@@ -336,7 +344,7 @@ class ImageTask(Task):
             ConfigError: on `key` when the split has fewer than `count` images.
         """
         pool = self.reference_pool(count, key)
-        size = count if self.data["source"] == "tfrecord" else pool.size  # a stream: its
+        size = count if self.source_kind.streamed else pool.size  # a stream: its
         rng = np.random.default_rng(seed)  # first `count` images, however many were loaded
         chosen = rng.choice(size, count, replace=False)
         images, found = pool.load(chosen)
@@ -356,7 +364,7 @@ class ImageTask(Task):
         """The `stagegan.data.Pool` that `reference_images` chooses from (for a streamed
         source, its first `count` images); made once."""
         cached = getattr(self, "_reference", None)
-        streamed = self.data["source"] == "tfrecord"
+        streamed = self.source_kind.streamed
         if cached is None or (streamed and cached.size < count):
             cached = self._reference = reference_pool(self.data, self.rngs.seed, count)
         return cached

@@ -28,6 +28,13 @@ Holes: one random rectangle per image, each side between `data.hole_min` and `da
 
 `model.discriminator_type`: `glcic` (the default: global and local branches, one logit) or
 `patch` (a PatchGAN that sees the image and the mask and scores each overlapping patch).
+
+`model.feather: F` (pixels, default 0) blends the fill into its surroundings, as GLCIC's
+post-processing blends its completions: the completed image takes the network's output with
+weight 1 in the hole, falling linearly to 0 over the F pixels around it (the known pixels
+there are mixed with the output), instead of a hard cut at the hole's edge, and the
+reconstruction terms weigh the error with the same weights, so the network learns to
+reproduce that band. 0: the hard composite.
 Masks are drawn from the run's noise stream for the whole global batch.
 """
 
@@ -70,6 +77,7 @@ class Completion(ImageTask):
             "dilations": [2, 4],
             "spectral_norm": False,
             "discriminator_type": "glcic",
+            "feather": 0,
             "generator": None,
             "discriminator": None,
         },
@@ -97,6 +105,12 @@ class Completion(ImageTask):
         if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
             raise ConfigError("model.dilations", "must be a list of positive integers")
         choice(self.model, "model", "discriminator_type", ("glcic", "patch"))
+        feather = self.model["feather"]
+        if isinstance(feather, bool) or not isinstance(feather, int) or feather < 0:
+            raise ConfigError(
+                "model.feather",
+                f"must be a whole number of pixels, 0 or more. Received: {feather!r}",
+            )
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
@@ -143,7 +157,16 @@ class Completion(ImageTask):
         """(raw generator output, completed image) for images `x` with holes `mask`."""
         known = x * (1.0 - mask)
         raw = float32(self.generator(tf.concat([known, mask], axis=-1), training=training))
-        return raw, known + raw * mask
+        if not self.model["feather"]:
+            return raw, known + raw * mask
+        weight = feathered(mask, self.model["feather"])
+        return raw, x * (1.0 - weight) + raw * weight
+
+    def reconstruction_weights(self, mask):
+        """Where (and how much) the reconstruction terms count: the hole, or with
+        `model.feather` the blend weights."""
+        feather = self.model["feather"]
+        return feathered(mask, feather) if feather else mask
 
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
@@ -185,11 +208,12 @@ class Completion(ImageTask):
         if not set(terms) - {"r1"}:
             return out  # a lazy R1 update needs no completion
         raw, completed = self.complete(x, mask, training=True)
+        weights = self.reconstruction_weights(mask)
         if "reconstruction" in terms:
             reconstruction = RECONSTRUCTION[self.loss["reconstruction"]]
-            out["reconstruction"] = reconstruction(x, raw, mask, self.loss["reduction"])
+            out["reconstruction"] = reconstruction(x, raw, weights, self.loss["reduction"])
         if "reconstruction_l1" in terms:
-            out["reconstruction_l1"] = losses.masked_l1(x, raw, mask, self.loss["reduction"])
+            out["reconstruction_l1"] = losses.masked_l1(x, raw, weights, self.loss["reduction"])
         scored = {"d_adversarial", *regularisers.TERMS, *regularisers.LECAM_MONITORS}
         if scored & set(terms):
             held = tf.stop_gradient(completed)
@@ -255,7 +279,7 @@ class Completion(ImageTask):
     def uses_features(self, evaluation):
         """The realism metric needs features: the shapes classifier on `shapes`, or the ones
         `eval.features` names; on other sources without them, it is left out."""
-        return evaluation.features_named or self.data["source"] == "shapes"
+        return evaluation.features_named or self.source_kind.features == "shapes"
 
     def evaluate(self, evaluation):
         """Errors and realism of completions of held-out images (values in [0, 1]).
@@ -430,6 +454,16 @@ def feature_matching(real_features, fake_features):
             for r, f in zip(real_features, fake_features, strict=True)
         ]
     )
+
+
+def feathered(mask, feather):
+    """Blend weights [B, S, S, 1] of holes `mask`: 1 in the hole, (F + 1 - d) / (F + 1) at
+    chessboard distance d <= F from it, 0 further out (the mean of the hole grown by
+    0, 1, ..., F pixels)."""
+    grown = [
+        tf.nn.max_pool2d(mask, 2 * k + 1, 1, "SAME") if k else mask for k in range(feather + 1)
+    ]
+    return tf.add_n(grown) / float(feather + 1)
 
 
 def draw_holes(rng, batch_size, size, options, crop):
