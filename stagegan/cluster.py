@@ -1,8 +1,11 @@
-"""This process's place in a multi-worker cluster (`TF_CONFIG`), read without TensorFlow, so
-the CLI can decide what this process writes before it imports TensorFlow."""
+"""This process's place in a multi-worker cluster (`TF_CONFIG`), and the GPUs this host lets it
+use (`host_gpus`), both read without TensorFlow, so the CLI can decide what this process
+writes and where it runs before it imports TensorFlow."""
 
 import json
 import os
+import shutil
+import subprocess
 
 from stagegan.errors import ConfigError
 
@@ -52,3 +55,43 @@ def is_chief(config, run_dir):
             "`python -m stagegan launch` picks one)",
         )
     return chief
+
+
+# The number of GPUs `host_gpus` reports instead of asking `nvidia-smi` (for tests).
+GPU_COUNT_VARIABLE = "STAGEGAN_GPU_COUNT"
+
+
+def host_gpus(environ=None):
+    """The ids of the NVIDIA GPUs this process may use, found without TensorFlow: the GPUs
+    `nvidia-smi -L` lists (or `STAGEGAN_GPU_COUNT` says), narrowed by `CUDA_VISIBLE_DEVICES`
+    when it is set ("" or -1: none). Returns a list of strings (CUDA's ids)."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = []
+        for item in visible.split(","):  # as CUDA reads it: up to the first invalid id
+            item = item.strip()
+            if not item or item.startswith("-"):
+                break
+            ids.append(item)
+        if not ids:
+            return []
+    count = _gpu_count(environ)
+    if visible is None:
+        return [str(i) for i in range(count)]
+    return ids if count else []
+
+
+def _gpu_count(environ):
+    override = environ.get(GPU_COUNT_VARIABLE)
+    if override is not None:
+        return int(override)
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())

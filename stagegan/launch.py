@@ -24,7 +24,6 @@ fail (128 + N for a signal), or 0.
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,11 +31,10 @@ import sys
 import threading
 import time
 
+from stagegan.cluster import host_gpus  # noqa: F401 - launch.host_gpus, as before
 from stagegan.errors import ConfigError
 
 MULTI_WORKER = "devices.strategy=multi_worker"
-# The number of GPUs `host_gpus` reports instead of asking `nvidia-smi` (for tests).
-GPU_COUNT_VARIABLE = "STAGEGAN_GPU_COUNT"
 
 
 def launch(workers, worker_args, grace=60.0, gpus=None):
@@ -44,42 +42,6 @@ def launch(workers, worker_args, grace=60.0, gpus=None):
     The arguments were checked by the caller (`cli.cmd_launch`); `gpus`: each worker's GPU
     ids (`assign_gpus`), or None to leave the environment as it is."""
     return Cluster(workers, worker_args, grace, gpus).run()
-
-
-def host_gpus(environ=None):
-    """The ids of the NVIDIA GPUs this process may use, found without TensorFlow: the GPUs
-    `nvidia-smi -L` lists (or `STAGEGAN_GPU_COUNT` says), narrowed by `CUDA_VISIBLE_DEVICES`
-    when it is set ("" or -1: none). Returns a list of strings (CUDA's ids)."""
-    environ = os.environ if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = []
-        for item in visible.split(","):  # as CUDA reads it: up to the first invalid id
-            item = item.strip()
-            if not item or item.startswith("-"):
-                break
-            ids.append(item)
-        if not ids:
-            return []
-    count = _gpu_count(environ)
-    if visible is None:
-        return [str(i) for i in range(count)]
-    return ids if count else []
-
-
-def _gpu_count(environ):
-    override = environ.get(GPU_COUNT_VARIABLE)
-    if override is not None:
-        return int(override)
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        listed = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
 
 
 def assign_gpus(workers, per_worker, available):

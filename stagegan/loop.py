@@ -562,7 +562,7 @@ class RestoreBest(Callback):
 def restore_trainer_state(trainer, store, entry, key):
     """Read the rolled-back part of the trainer's state (`Trainer.rollback_trackables`) from
     the listed checkpoint `entry`."""
-    from stagegan.resume import set_learning_rates
+    from stagegan.training import set_learning_rates
 
     path = store.path_of(entry)
     problem = store.verify(entry)

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from stagegan.cluster import worker_cluster
+from stagegan.cluster import host_gpus, worker_cluster
 from stagegan.config import check_batch_divides
 from stagegan.errors import ConfigError
-from stagegan.launch import host_gpus
 from stagegan.replicas import StrategyReplicas, TowerReplicas
 
 
@@ -103,7 +102,7 @@ def gpu_warning(config, gpus, driver_gpus):
     Args:
         config: a `config.DevicesConfig`.
         gpus: how many GPUs TensorFlow sees.
-        driver_gpus: how many NVIDIA GPUs the driver shows this process (`launch.host_gpus`:
+        driver_gpus: how many NVIDIA GPUs the driver shows this process (`cluster.host_gpus`:
             `nvidia-smi`, narrowed by `CUDA_VISIBLE_DEVICES`), so that a broken CUDA install
             is not silent; 0 when they are hidden on purpose.
     """

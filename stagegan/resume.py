@@ -222,6 +222,8 @@ def restore(trainer, plan):
         ConfigError: the checkpoint cannot be read (TensorFlow's checksums catch corrupt
             data), or it does not match the run.
     """
+    from stagegan.training import set_learning_rates
+
     if plan.entry is not None:
         import tensorflow as tf
 
@@ -303,15 +305,6 @@ def appended_objects(trainer, kept):
     old_state = trainer.task.term_state(trainer.config.used_terms(stages[:kept]))
     fresh.update(set(trainer.task.term_state(trainer.config.used_terms())) - set(old_state))
     return fresh
-
-
-def set_learning_rates(trainer):
-    """Give every optimizer the learning rate its config spec names. (A schedule needs
-    nothing: it is built from the config and reads the restored iteration count.)"""
-    for key, optimizer in trainer.optimizers.items():
-        rate = trainer.config.optimizers[key].kwargs().get("learning_rate")
-        if isinstance(rate, float | int):
-            optimizer.learning_rate.assign(float(rate))
 
 
 def commit(plan, log):

@@ -442,3 +442,12 @@ def check_keep_best_metric(keep_best, task):
             "checkpoint.keep_best.metric",
             f"task {task.name!r} evaluates no {keep_best.metric!r} (it has: {', '.join(known)})",
         )
+
+
+def set_learning_rates(trainer):
+    """Give every optimizer the learning rate its config spec names. (A schedule needs
+    nothing: it is built from the config and reads the restored iteration count.)"""
+    for key, optimizer in trainer.optimizers.items():
+        rate = trainer.config.optimizers[key].kwargs().get("learning_rate")
+        if isinstance(rate, float | int):
+            optimizer.learning_rate.assign(float(rate))
