@@ -6,6 +6,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 import tensorflow as tf
+from toytask import run_steps
 
 from stagegan import augment
 from stagegan.config import AUGMENT_OPS, AugmentConfig, parse_config
@@ -271,7 +272,7 @@ def raw_config(npz, towers, strategy, steps):
 def train(trainer, accuracies=None):
     """Every step of the run; `(weights, p after each step)`. With `accuracies` (a list),
     each step's discriminator `d_real_accuracy` is appended to it."""
-    outputs = [trainer.step(position) for position in trainer.schedule.positions()]
+    outputs = run_steps(trainer)
     weights = [*trainer.task.generator.get_weights(), *trainer.task.discriminator.get_weights()]
     ps = [float(o.metrics["augment/p"]) if "augment/p" in o.metrics else None for o in outputs]
     if accuracies is not None:

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_training import ALL_KINDS, config, run_all, snapshot
+from test_training import ALL_KINDS, config, run_all
+from toytask import snapshot
 
 from stagegan import cli
 from stagegan.config import DEVICES_DEFAULTS, DevicesConfig, load_config

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import yaml
 from clihelp import ROOT, stagegan
-from test_training import BATCH, LR_D, LR_G, SEED, reference_run, snapshot
-from toytask import ALL_KINDS, optimizers, read_checkpoint, toy_config, variable_key
+from test_training import BATCH, LR_D, LR_G, SEED, reference_run
+from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
 
 from stagegan import cli
 from stagegan.config import parse_config

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from toytask import run_steps, snapshot
 
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
@@ -119,9 +120,8 @@ def reference_run(initial, steps=2):
 )
 def test_packed_steps_match_a_plain_reference(towers, strategy):
     trainer = Trainer(config(towers, strategy))
-    initial = {v.path: v.numpy().copy() for v in trainer.variables}
-    for position in trainer.schedule.positions():
-        trainer.step(position)
+    initial = snapshot(trainer)
+    run_steps(trainer)
     expected = reference_run(initial)
     final = {v.path: v.numpy() for v in trainer.variables}
     diff = max(float(np.max(np.abs(final[p] - expected[p]))) for p in expected)
@@ -178,10 +178,8 @@ def test_spectral_norm_trains_alike_on_every_backend():
 
     def run(towers, strategy):
         trainer = Trainer(config(towers, strategy, spectral_norm=True))
-        for position in trainer.schedule.positions():
-            trainer.step(position)
-        variables = [*trainer.variables, *trainer.state_variables()]
-        return {v.path: v.numpy() for v in variables}
+        run_steps(trainer)
+        return snapshot(trainer, state=True)
 
     single = run(1, "towers")
     assert "discriminator/hidden0/u" in single

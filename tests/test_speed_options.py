@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from test_training import ALL_KINDS, config
+from toytask import run_steps
 
 from stagegan.config import load_config
 from stagegan.errors import ConfigError
@@ -102,8 +103,7 @@ def test_loss_scale_counters_survive_a_checkpoint(tmp_path):
     with them (as the guard's skips in a row: tests/test_guard.py)."""
     # Alternating (G every 2nd step) and joint: 3 + 3 steps.
     trainer = Trainer(config(1, ALL_KINDS[2:], devices={"towers": 1, "mixed_precision": True}))
-    for position in trainer.schedule.positions():
-        trainer.step(position)
+    run_steps(trainer)
     counters = lambda t: {
         k: (float(s.scale.numpy()), int(s.good.numpy())) for k, s in t.loss_scales.items()
     }

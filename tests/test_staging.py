@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
+from toytask import network_weights, run_steps
 
 from stagegan import data
 from stagegan.config import parse_config
@@ -133,9 +134,8 @@ def config(files, staged_towers):
 
 
 def run(trainer):
-    for position in trainer.schedule.positions():
-        trainer.step(position)
-    return [w for net in trainer.networks.values() for w in net.get_weights()]
+    run_steps(trainer)
+    return network_weights(trainer)
 
 
 def test_a_staged_run_trains_exactly_as_an_unstaged_one_with_data_where_it_belongs(

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from toytask import ALL_KINDS, D, G, optimizers, read_checkpoint, toy_config
+from toytask import ALL_KINDS, D, G, optimizers, read_checkpoint, run_steps, snapshot, toy_config
 
 from stagegan.config import parse_config
 from stagegan.errors import ConfigError
@@ -31,13 +31,8 @@ def config(towers, stages, **changes):
     return parse_config({**raw, **changes})
 
 
-def snapshot(trainer):
-    return {v.path: v.numpy().copy() for v in trainer.variables}
-
-
 def run_all(trainer):
-    for position in trainer.schedule.positions(trainer.step_count):
-        trainer.step(position)
+    run_steps(trainer)
 
 
 # The reference: a plain single-device TensorFlow loop, written here from the task's docstring.

@@ -219,3 +219,24 @@ class BlockingToyTask(ToyTask):
 
 def blocking_factory(options, rngs):
     return BlockingToyTask(options, rngs)
+
+
+# Shared helpers of the tests ------------------------------------------------------------------
+
+
+def run_steps(trainer, count=None):
+    """Run the trainer's remaining steps (or only the next `count`); their `StepOutput`s."""
+    positions = list(trainer.schedule.positions(trainer.step_count))
+    return [trainer.step(position) for position in positions[:count]]
+
+
+def snapshot(trainer, state=False):
+    """`{variable path: numpy copy}` of the trainable variables (and with `state` the
+    networks' non-trainable ones: BatchNorm statistics, spectral-norm vectors)."""
+    variables = [*trainer.variables, *(trainer.state_variables() if state else [])]
+    return {v.path: v.numpy().copy() for v in variables}
+
+
+def network_weights(trainer):
+    """Every network's weights (Keras order, network by network), as numpy arrays."""
+    return [w for network in trainer.networks.values() for w in network.get_weights()]
