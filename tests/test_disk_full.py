@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 from toytask import two_stage_config
 
-from stagegan import pictures
 from stagegan.checkpoints import CheckpointStore
 from stagegan.config import parse_config
 from stagegan.errors import WriteError
@@ -99,7 +98,7 @@ def test_sample_write_fails(tmp_path, monkeypatch, uninterrupted):
 
     run_dir = tmp_path / "run"
     trainer = start(run_dir)
-    monkeypatch.setattr(pictures.os, "replace", full_for_pictures)
+    monkeypatch.setattr(os, "replace", full_for_pictures)  # the one atomic write (rundirs)
     with pytest.raises(WriteError) as error:
         train(trainer, run_dir)
     picture = run_dir / "samples" / "step00000004-joint.png"

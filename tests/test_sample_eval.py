@@ -9,7 +9,7 @@ import pytest
 from clihelp import TINY, assert_user_error, inprocess, stagegan
 from test_outputs import png_size
 
-from stagegan import metrics
+from stagegan import metrics, realism
 
 COMPLETION = [
     "--set",
@@ -33,6 +33,17 @@ COMPLETION = [
     "--set",
     "log.tensorboard=false",
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def short_c2st():
+    """This module checks what evaluations report and where, not how well c2st's classifier
+    learns (tests/test_offline_realism.py does): in-process evaluations train it for at most
+    40 steps a fold instead of 400."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(realism, "C2ST_MIN_STEPS", 20)
+        patch.setattr(realism, "C2ST_MAX_STEPS", 40)
+        yield
 
 
 @pytest.fixture(scope="module")
