@@ -91,11 +91,11 @@ def unstaged_trainer_of(*args):
     """`trainer_of(*args)` whose real batches are drawn in the step, not staged ahead."""
     from stagegan.tasks.base import ImageTask
 
-    ImageTask.staged_input = False
+    previous, ImageTask.staged_input = ImageTask.staged_input, False
     try:
         return trainer_of(*args)
     finally:
-        ImageTask.staged_input = True
+        ImageTask.staged_input = previous
 
 
 def measure_data_wait(args, folder):

@@ -57,7 +57,8 @@ class Ema:
             if self.strategy is None:
                 fold(average, source)
             else:  # on each replica's device, its copy from its copy
-                variable = getattr(source, "value", source)  # a Keras variable's tf.Variable
+                # A Keras variable wraps the (mirrored) tf.Variable that `update` unwraps.
+                variable = source if isinstance(source, tf.Variable) else source.value
                 self.strategy.extended.update(average, fold, args=(variable,))
 
     @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Run folders: auto-numbered under `runs/`, never overwritten (`check_new_folder` guards
 `prepare`'s output folder the same way)."""
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -123,5 +124,6 @@ def atomic_write(path, data, durable=False):
                     os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            tmp.unlink(missing_ok=True)
         raise

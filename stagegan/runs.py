@@ -7,6 +7,7 @@
 What the CLI's `sample` and `eval` commands do, importable and testable without a subprocess.
 """
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -205,6 +206,11 @@ def restore_run(run_dir, checkpoint=None):
     config = dataclasses.replace(config, devices=one)
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
         sys.path.insert(0, os.getcwd())
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU
+        with contextlib.suppress(RuntimeError, ValueError):  # already initialised
+            tf.config.experimental.set_memory_growth(gpu, True)
     trainer = Trainer(config, stage_ends(config.stages, entry))
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()

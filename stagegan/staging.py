@@ -18,6 +18,10 @@ What changes nothing:
 
 Images stay uint8 in the buffer (a quarter of float32's bytes to copy and hold); each
 replica converts its own shard to float on its own device (`to_replica_floats`).
+
+A staged task's `real_batch` must depend only on its own reader and the data stream
+(`rngs.data`), not on the training state (the step, the stage, the weights) or the noise
+stream: batch n + 1 is read during step n, across stage ends too.
 """
 
 import tensorflow as tf
@@ -64,12 +68,13 @@ class Staging:
 
 
 def to_replica_floats(shard):
-    """A shard with its uint8 tensors (images in [0, 255]) as float32 in [-1, 1], converted
-    where it is called: inside a replica's pass, on that replica's device."""
-    return {
-        name: pixels_to_float(value) if value.dtype == tf.uint8 else value
-        for name, value in shard.items()
-    }
+    """A shard whose images `x` are uint8 in [0, 255], with them as float32 in [-1, 1],
+    converted where it is called: inside a replica's pass, on that replica's device. Other
+    tensors (labels, masks, whatever their dtype) and float images pass unchanged."""
+    images = shard.get("x")
+    if images is None or images.dtype != tf.uint8:
+        return shard
+    return {**shard, "x": pixels_to_float(images)}
 
 
 def pixels_to_float(images):

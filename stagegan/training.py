@@ -137,7 +137,7 @@ class Trainer:
         augmenter = self.augmenter_of(stage)
 
         def draw():
-            drawn = batch(size, None if staging is None else staging.next())
+            drawn = batch(size) if staging is None else batch(size, real=staging.next())
             if augmenter is not None:
                 drawn.update(augmenter.draw(self.rngs.augment, size))
             return drawn
@@ -274,7 +274,7 @@ def converted(method):
     owner = getattr(method, "__self__", None)
     if owner is None:
         return graph_function
-    return lambda *args: graph_function(owner, *args)
+    return lambda *args, **kwargs: graph_function(owner, *args, **kwargs)
 
 
 def build_model(config, placement):

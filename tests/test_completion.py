@@ -128,7 +128,7 @@ def test_feathered_completion_blends_the_band_and_weighs_its_reconstruction(trai
     assert float(terms["reconstruction_l1"]) == pytest.approx(per_image.mean(), rel=1e-4)
 
 
-@pytest.mark.parametrize("feather", [-1, 1.5, True, "2"])
+@pytest.mark.parametrize("feather", [-1, 1.5, True, "2", 5])  # 5: wider than 16 px // 4
 def test_feather_must_be_whole_pixels(feather):
     raw = {"task": "completion", "batch_size": 4, "data": {"size": 16, "count": 8}}
     raw["model"] = {"width": 2, "dilations": [2], "feather": feather}

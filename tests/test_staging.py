@@ -164,8 +164,11 @@ def test_a_staged_run_trains_exactly_as_an_unstaged_one_with_data_where_it_belon
         np.testing.assert_array_equal(a, b)
 
 
-def test_replica_floats_convert_uint8_only():
-    shard = {"x": tf.constant([[0, 255]], tf.uint8), "y": tf.constant([3]), "z": tf.ones([1])}
+def test_replica_floats_convert_uint8_images_only():
+    labels = tf.constant([3], tf.uint8)  # a custom task's uint8 labels stay as they are
+    shard = {"x": tf.constant([[0, 255]], tf.uint8), "y": labels, "z": tf.ones([1])}
     out = to_replica_floats(shard)
     np.testing.assert_allclose(out["x"].numpy(), [[-1.0, 1.0]])
-    assert out["y"].dtype == tf.int32 and out["z"].dtype == tf.float32
+    assert out["y"] is labels and out["z"].dtype == tf.float32
+    floats = {"x": tf.ones([1, 2])}
+    assert to_replica_floats(floats) is floats

@@ -98,8 +98,10 @@ class Task:
     lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
     consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
     # Whether `real_batch` reads on the host (tf.data, host memory): the trainer then draws
-    # it a step ahead into a buffer on the device (`stagegan.staging`). Its uint8 tensors
-    # reach `losses` as float32 in [-1, 1], converted on each replica's device.
+    # it a step ahead into a buffer on the device (`stagegan.staging`) and calls
+    # `batch(batch_size, real=...)` with it; `real_batch` must then depend only on its reader
+    # and `rngs.data`. A uint8 `x` (images in [0, 255]) reaches `losses` as float32 in
+    # [-1, 1], converted on each replica's device.
     staged_input = False
 
     def __init__(self, options, rngs):

@@ -120,6 +120,12 @@ class Completion(ImageTask):
             raise ConfigError(
                 "data.size", f"must be a multiple of 4 for completion. Received: {self.size}"
             )
+        if self.model["feather"] > self.size // 4:
+            raise ConfigError(
+                "model.feather",
+                f"blends a band as wide as a quarter of the image at most ({self.size // 4} "
+                f"pixels at data.size {self.size}). Received: {self.model['feather']}",
+            )
         self.crop = max(4, self.size // 2)
 
     # Networks --------------------------------------------------------------------------------
@@ -153,13 +159,14 @@ class Completion(ImageTask):
 
     # Losses ----------------------------------------------------------------------------------
 
-    def complete(self, x, mask, training):
-        """(raw generator output, completed image) for images `x` with holes `mask`."""
+    def complete(self, x, mask, training, weights=None):
+        """(raw generator output, completed image) for images `x` with holes `mask`
+        (`weights`: `reconstruction_weights(mask)`, when the caller has them already)."""
         known = x * (1.0 - mask)
         raw = float32(self.generator(tf.concat([known, mask], axis=-1), training=training))
         if not self.model["feather"]:
             return raw, known + raw * mask
-        weight = feathered(mask, self.model["feather"])
+        weight = self.reconstruction_weights(mask) if weights is None else weights
         return raw, x * (1.0 - weight) + raw * weight
 
     def reconstruction_weights(self, mask):
@@ -207,8 +214,8 @@ class Completion(ImageTask):
             out["r1"] = losses.r1_penalty(lambda images: self.score(images, batch), x)
         if not set(terms) - {"r1"}:
             return out  # a lazy R1 update needs no completion
-        raw, completed = self.complete(x, mask, training=True)
         weights = self.reconstruction_weights(mask)
+        raw, completed = self.complete(x, mask, training=True, weights=weights)
         if "reconstruction" in terms:
             reconstruction = RECONSTRUCTION[self.loss["reconstruction"]]
             out["reconstruction"] = reconstruction(x, raw, weights, self.loss["reduction"])
@@ -459,11 +466,12 @@ def feature_matching(real_features, fake_features):
 def feathered(mask, feather):
     """Blend weights [B, S, S, 1] of holes `mask`: 1 in the hole, (F + 1 - d) / (F + 1) at
     chessboard distance d <= F from it, 0 further out (the mean of the hole grown by
-    0, 1, ..., F pixels)."""
-    grown = [
-        tf.nn.max_pool2d(mask, 2 * k + 1, 1, "SAME") if k else mask for k in range(feather + 1)
-    ]
-    return tf.add_n(grown) / float(feather + 1)
+    0, 1, ..., F pixels, each growth one 3x3 max-pool of the previous)."""
+    grown, total = mask, mask
+    for _ in range(feather):
+        grown = tf.nn.max_pool2d(grown, 3, 1, "SAME")
+        total += grown
+    return total / float(feather + 1)
 
 
 def draw_holes(rng, batch_size, size, options, crop):
