@@ -1004,7 +1004,7 @@ class FolderSource(Source):
         check_memory(o, batch_size, len(listing.files) if memory else 0, "data.cache")
         check_readable(listing, o)
         target.count = len(listing.files)
-        target._set_classes(listing.classes, listing.labels)
+        target.set_classes(listing.classes, listing.labels)
         cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
         target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
 
@@ -1063,10 +1063,12 @@ class ImageSource:
         with tf.device(self.host):  # host memory, whatever device scope builds the task
             self.images, self.count = tf.constant(images), len(images)
             if labels is not None:
-                self._set_classes(classes, labels)
+                self.set_classes(classes, labels)
                 self.labels = tf.constant(labels)
 
-    def _set_classes(self, classes, labels):
+    def set_classes(self, classes, labels):
+        """Record the class names of labelled data and the images per class (a `Source`'s
+        `open` calls it; nothing when `classes` is None)."""
         if classes is not None:
             self.classes = classes
             self.class_counts = np.bincount(labels, minlength=len(classes))
