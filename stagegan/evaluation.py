@@ -67,7 +67,7 @@ class Evaluation:
         self.count_key = count_key
         self.seed = seed
         self.features_named = features is not None
-        data = getattr(self.task, "data", None) or {}
+        data = self.task.data
         self.features_spec = features or (default_features(data) if "source" in data else INCEPTION)
         self.features_key = features_key
         self.ema = ema and trainer.ema is not None
@@ -77,8 +77,7 @@ class Evaluation:
     @property
     def count(self):
         if self._count is None:
-            default = getattr(self.task, "default_eval_count", None)
-            self._count = default() if default else getattr(self.task, "eval_count", 1000)
+            self._count = self.task.default_eval_count()
         return self._count
 
     def run(self):
@@ -99,14 +98,11 @@ class Evaluation:
         images), so a problem shows before training starts or a run folder exists."""
         if self.uses_features:
             self._load_extractor()
-        check = getattr(self.task, "check_eval_count", None)
-        if check is not None:
-            check(self.count, self.count_key)
+        self.task.check_eval_count(self.count, self.count_key)
 
     @property
     def uses_features(self):
-        uses = getattr(self.task, "uses_features", None)
-        return bool(uses and uses(self))
+        return bool(self.task.uses_features(self))
 
     # Helpers for tasks ------------------------------------------------------------------------
 
@@ -239,8 +235,7 @@ class Evaluation:
                     raise
                 # Offline without InceptionV3 weights, and nobody asked for them: offline
                 # features rather than no evaluation at all.
-                data = getattr(self.task, "data", None) or {}
-                fallback = SHAPES if data.get("source") == "shapes" else SELFSUP
+                fallback = SHAPES if self.task.data.get("source") == "shapes" else SELFSUP
                 log.warning(
                     "eval: InceptionV3's weights could not be loaded (offline?); FID/KID use "
                     f"the offline features {describe_features(fallback)} instead (compare "
@@ -256,14 +251,13 @@ class Evaluation:
         them (`selfsup`)."""
         if spec != SELFSUP:
             return load_extractor(spec, self.features_key)
-        reference = getattr(self.task, "reference_images", None)
-        if reference is None:
+        if "images" not in self.task.capabilities:
             raise ConfigError(
                 self.features_key,
                 f"{SELFSUP} trains on the task's real images; task {self.task.name!r} has "
                 "none (no reference_images)",
             )
-        images, _ = reference(self.count, self.seed, self.count_key)
+        images, _ = self.task.reference_images(self.count, self.seed, self.count_key)
         return load_extractor(spec, self.features_key, images, self.seed)
 
 

@@ -132,7 +132,7 @@ def describe_augment(stage, config):
 
 def describe_data(task):
     """The data lines of a plan: the source, and the classes with their image counts."""
-    source = getattr(task, "source", None)
+    source = task.source
     if source is None:
         return []
     options = source.options
@@ -153,6 +153,6 @@ def describe_data(task):
             f"classes: {len(source.classes)}: "
             + ", ".join(f"{name} ({n:,})" for name, n in zip(source.classes, counts, strict=True))
         )
-        if getattr(task, "conditional", False):
+        if task.conditional:
             lines.append("conditional: class embedding in the generator, projection discriminator")
     return lines

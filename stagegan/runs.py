@@ -273,14 +273,14 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
 
     task = trainer.task
     if input_dir is not None:
-        if not hasattr(task, "inputs_for_images"):
+        if "inputs" not in task.capabilities:
             raise ConfigError("--input", f"task {task.name!r} takes no input images")
         images = user_images(task, input_dir, num)
         inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
     else:
         inputs, info = task.sample_inputs(num, seed)
     if class_name is not None:
-        if not hasattr(task, "class_index"):
+        if "classes" not in task.capabilities:
             raise ConfigError("--class", f"task {task.name!r} has no classes")
         inputs["fake_y"] = np.full(num, task.class_index(str(class_name)), np.int32)
         info = {k: v for k, v in info.items() if k != "columns"}  # a plain grid of one class

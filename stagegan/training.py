@@ -345,7 +345,7 @@ def build_augmenters(config, task, placement):
     specs = {s.augment.key: s.augment for s in config.stages if s.augment is not None}
     if not specs:
         return {}
-    if not getattr(task, "augments", False):
+    if not task.augments:
         key = next(iter(specs))
         raise ConfigError(
             key,
@@ -436,7 +436,7 @@ def build_optimizers(config, selections, placement):
 def check_keep_best_metric(keep_best, task):
     """Refuse a `checkpoint.keep_best.metric` the task does not evaluate (when it declares
     `eval_metrics`), before the first step."""
-    known = getattr(task, "eval_metrics", None)
+    known = task.eval_metrics
     if keep_best is not None and known is not None and keep_best.metric not in known:
         raise ConfigError(
             "checkpoint.keep_best.metric",

@@ -194,7 +194,7 @@ def check_metrics(stages, stage_plans, task):
         if until is None:
             continue
         if until.metric is None:
-            known = getattr(task, "eval_metrics", None)
+            known = task.eval_metrics
             if known is not None and until.eval not in known:
                 raise ConfigError(
                     f"{until.key}.eval",

@@ -201,6 +201,10 @@ CASES = {
     ),
     # What the names in a config refer to.
     "unknown task": ([*TRAIN, *toy("task=nope")], ["task", "unknown task 'nope'"]),
+    "task factory returning no Task": (
+        [*TRAIN, *toy("task=toytask:not_a_task")],
+        ["task: 'toytask:not_a_task' returned a dict, not a stagegan.tasks.base.Task"],
+    ),
     "unknown task option": ([*TRAIN, *toy("data.bogus=1")], ["data.bogus: unknown key"]),
     "unknown loss term": (
         [*TRAIN, *toy("stages[0].updates[0].loss=w_loss")],

@@ -256,6 +256,7 @@ class ImageTaskStub:
 
     name = "stub"
     data = {"source": "folder"}
+    capabilities = frozenset({"images"})
 
     def __init__(self, images):
         self.images = images
@@ -299,7 +300,7 @@ def test_offline_inception_falls_back_to_selfsup_on_the_real_images(blobs, monke
 
 
 def test_selfsup_needs_a_task_with_real_images():
-    task = types.SimpleNamespace(name="points", data={"source": "mog"})
+    task = types.SimpleNamespace(name="points", data={"source": "mog"}, capabilities=frozenset())
     trainer = types.SimpleNamespace(task=task, ema=None)
     run = evaluation.Evaluation(trainer, None, count=40, features="selfsup", batch_size=16)
     with pytest.raises(ConfigError, match="--features.*task 'points' has none"):

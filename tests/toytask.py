@@ -93,6 +93,11 @@ def factory(options, rngs):
     return ToyTask(options, rngs)
 
 
+def not_a_task(options, rngs):
+    """A factory whose object has the four methods but is no `Task` (refused)."""
+    return {"build": dict, "batch": dict, "losses": dict, "sample": dict}
+
+
 # Run configs over the toy task, and checkpoint reading: the one set the tests share --------
 
 D_UPDATE = {"name": "discriminator", "train": "discriminator/*", "loss": "d_loss", "optimizer": "d"}

@@ -102,8 +102,13 @@ def make_task(name, options, rngs):
             f"unknown task {name!r} (built-in: {', '.join(sorted(BUILTIN))}; "
             "or give 'package.module:factory')",
         )
+    from stagegan.tasks.base import Task
+
     task = factory(options, rngs)
-    for method in ("build", "batch", "losses", "sample"):
-        if not callable(getattr(task, method, None)):
-            raise ConfigError("task", f"{name!r} returned an object without a {method}() method")
+    if not isinstance(task, Task):
+        raise ConfigError(
+            "task",
+            f"{name!r} returned a {type(task).__name__}, not a stagegan.tasks.base.Task "
+            "(subclass Task: the trainer relies on its defaults and declared capabilities)",
+        )
     return task

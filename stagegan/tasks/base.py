@@ -103,6 +103,15 @@ class Task:
     # and `rngs.data`. A uint8 `x` (images in [0, 255]) reaches `losses` as float32 in
     # [-1, 1], converted on each replica's device.
     staged_input = False
+    # Optional capabilities, declared by the tasks that have them (the trainer and the doors
+    # read this set; they never probe for members):
+    #   "images":  `reference_images`, `source`, `classes`: real images from `data.source`
+    #              (evaluations in image features, `--features selfsup`);
+    #   "inputs":  `inputs_for_images`: `sample --input DIR` completes the user's images;
+    #   "classes": `class_index`: samples of one asked class (`sample --class`).
+    capabilities = frozenset()
+    conditional = False  # whether the generator takes a class (`fake_y`) with its noise
+    source = None  # the `stagegan.data.ImageSource` of a task with "images", once built
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -321,6 +330,8 @@ class ImageTask(Task):
     in [-1, 1]. Subclasses call `build_source()` at the start of `build()`."""
 
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.staging)
+    capabilities = frozenset({"images"})
+    _reference = None  # the `Pool` of `reference_images`, once loaded
 
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)
@@ -365,7 +376,7 @@ class ImageTask(Task):
     def load_pool(self, count):
         """The `stagegan.data.Pool` that `reference_images` chooses from (for a streamed
         source, its first `count` images); made once."""
-        cached = getattr(self, "_reference", None)
+        cached = self._reference
         streamed = self.source_kind.streamed
         if cached is None or (streamed and cached.size < count):
             cached = self._reference = reference_pool(self.data, self.rngs.seed, count)
@@ -420,7 +431,7 @@ def adversarial_losses(task, batch, terms):
         terms: the requested loss terms.
     """
     m, x, out = task.pack, batch["x"], {}
-    conditional = getattr(task, "conditional", False)
+    conditional = task.conditional
 
     def critic_of(labels, side):
         # Augmentation (`augment:`) comes first, so penalties differentiate with respect to

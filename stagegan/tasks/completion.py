@@ -53,6 +53,7 @@ RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
 class Completion(ImageTask):
     name = "completion"
+    capabilities = ImageTask.capabilities | {"inputs"}
     loss_terms = (
         "reconstruction",
         "reconstruction_l1",

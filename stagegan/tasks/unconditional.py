@@ -74,6 +74,8 @@ class Unconditional(ImageTask):
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.conditional = self.model["conditional"]
+        if self.conditional:
+            self.capabilities = self.capabilities | {"classes"}
 
     def build(self):
         self.build_source()
