@@ -213,43 +213,61 @@ class Update:
         return stage_step % self.every == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Until:
     """A stage's end condition (`until:`), checked after every `check_every` steps of the
-    stage once `min_steps` are done; the stage's `steps` stay its upper bound.
-
-    Either a threshold (`metric` set): the mean of a logged step metric (`<update>/<term>`,
-    `/loss`, `/grad_norm`) over the steps since the last check is `above` or `below` a value;
-    or a plateau (`eval` set): an evaluation metric has not improved by more than `min_delta`
-    for `patience` checks in a row (`mode`: min or max, which way is better).
+    stage once `min_steps` are done; the stage's `steps` stay its upper bound. A `Threshold`
+    or a `Plateau`.
     """
 
-    metric: object  # str, or None for a plateau
-    above: object  # float or None
-    below: object
-    eval: object  # str, or None for a threshold
-    patience: int
-    min_delta: float
-    mode: str
     check_every: int
     min_steps: int
     key: str
     restore: object = None  # "best": the stage's end rolls back to the best checkpoint
 
+    def condition(self):
+        raise NotImplementedError
+
     def describe(self):
         """`d/d_fake_accuracy (mean since the last check) > 0.9, checked every 100 steps`."""
-        if self.metric is not None:
-            sign, value = (">", self.above) if self.above is not None else ("<", self.below)
-            text = f"{self.metric} (mean since the last check) {sign} {value:g}"
-        else:
-            better = "lower" if self.mode == "min" else "higher"
-            text = (
-                f"eval {self.eval} ({better} is better) has not improved by more than "
-                f"{self.min_delta:g} for {self.patience} checks"
-            )
         after = f" from stage step {self.min_steps}" if self.min_steps else ""
         restore = "; at its end, restore the best checkpoint" if self.restore else ""
-        return f"{text}, checked every {self.check_every} steps{after}{restore}"
+        return f"{self.condition()}, checked every {self.check_every} steps{after}{restore}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Threshold(Until):
+    """`until: {metric: ..., above|below: ...}`: the mean of a logged step metric
+    (`<update>/<term>`, `/loss`, `/grad_norm`) over the steps since the last check is above
+    (`sign` ">") or below ("<") `value`."""
+
+    metric: str
+    sign: str
+    value: float
+
+    def condition(self):
+        return f"{self.metric} (mean since the last check) {self.sign} {self.value:g}"
+
+    def holds(self, mean):
+        return mean > self.value if self.sign == ">" else mean < self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plateau(Until):
+    """`until: {eval: ...}`: an evaluation metric has not improved by more than `min_delta`
+    for `patience` checks in a row (`mode`: min or max, which way is better)."""
+
+    eval: str
+    patience: int
+    min_delta: float
+    mode: str
+
+    def condition(self):
+        better = "lower" if self.mode == "min" else "higher"
+        return (
+            f"eval {self.eval} ({better} is better) has not improved by more than "
+            f"{self.min_delta:g} for {self.patience} checks"
+        )
 
 
 @dataclass(frozen=True)
@@ -292,9 +310,9 @@ class AugmentConfig:
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (an
-    `Until`, else None) it may end earlier. `augment`: the `AugmentConfig` its discriminator
-    inputs go through (the run's unless the stage sets its own), or None."""
+    """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (a
+    `Threshold` or a `Plateau`, else None) it may end earlier. `augment`: the `AugmentConfig`
+    its discriminator inputs go through (the run's unless the stage sets its own), or None."""
 
     name: str
     steps: int
@@ -1305,7 +1323,7 @@ def _parse_keep_best(value):
 def _check_keep_best(keep_best, stages, eval_section):
     """`keep_best` needs evaluations to rank (`eval:` or an `until` plateau); `restore: best`
     needs `keep_best`."""
-    plateaus = [s.until for s in stages if s.until is not None and s.until.eval]
+    plateaus = [s.until for s in stages if isinstance(s.until, Plateau)]
     if keep_best is not None and eval_section is None and not plateaus:
         raise ConfigError(
             "checkpoint.keep_best",
@@ -1350,14 +1368,11 @@ def _parse_until(value, key, steps):
         bounds = [b for b in ("above", "below") if until.get(b) is not None]
         if len(bounds) != 1:
             raise ConfigError(key, "a metric threshold needs exactly one of above or below")
-        return Until(
+        bound = bounds[0]
+        return Threshold(
             metric=_string(until["metric"], f"{key}.metric"),
-            above=_number(until["above"], f"{key}.above") if bounds == ["above"] else None,
-            below=_number(until["below"], f"{key}.below") if bounds == ["below"] else None,
-            eval=None,
-            patience=0,
-            min_delta=0.0,
-            mode="",
+            sign=">" if bound == "above" else "<",
+            value=_number(until[bound], f"{key}.{bound}"),
             **fields,
         )
     _check_unused(until, ("above", "below"), key, "eval")
@@ -1366,10 +1381,7 @@ def _parse_until(value, key, steps):
     min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
     if min_delta < 0:
         raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")
-    return Until(
-        metric=None,
-        above=None,
-        below=None,
+    return Plateau(
         eval=name,
         patience=_integer(until.get("patience", 3), f"{key}.patience", 1),
         min_delta=min_delta,

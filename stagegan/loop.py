@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.checkpoints import CheckpointStore
+from stagegan.config import Plateau
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost, WriteError, first_line
 from stagegan.evaluation import Evaluation
 from stagegan.logs import (
@@ -614,7 +615,7 @@ def check_evaluation(trainer):
     feature extractors that cannot load, or an `eval.count` larger than the real images,
     fail here, before a run folder exists, not in an hour. Kept on the trainer."""
     config = trainer.config
-    plateaus = [s.until for s in config.stages if s.until is not None and s.until.eval]
+    plateaus = [s.until for s in config.stages if isinstance(s.until, Plateau)]
     if config.eval is None and not plateaus:
         return None
     evaluation = getattr(trainer, "evaluation", None)

@@ -1,4 +1,5 @@
-"""Stages that end on a condition: a stage's `until:` (see `config.Until`).
+"""Stages that end on a condition: a stage's `until:` (see `config.Threshold`
+and `config.Plateau`).
 
     - name: discriminator
       steps: 10000                  # the upper bound
@@ -27,6 +28,7 @@ entry, so a resumed run ends the stage at the same step as the uninterrupted one
 import logging
 import math
 
+from stagegan.config import Plateau, Threshold
 from stagegan.errors import ConfigError
 
 AUGMENT_METRICS = ("augment/p", "augment/rt")  # logged by every stage that augments
@@ -88,14 +90,14 @@ class Conditions:
         if tick.position.stage_step == 0:  # a stage starts its checks afresh
             self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
             self.pending = []
-        if until.metric is not None:
+        if isinstance(until, Threshold):
             self.pending.append(tick.output.metrics[until.metric])
         stage_steps = tick.position.stage_step + 1
         reason = None
         # A check at the stage's last step too, so a stage extended on resume (whose old last
         # step was a check in the longer config) decides as the longer config does.
         if stage_steps % until.check_every == 0:
-            if until.metric is not None:
+            if isinstance(until, Threshold):
                 reason = self._threshold(until)
             elif stage_steps >= until.min_steps:
                 tick.evaluation = self.evaluation.run()
@@ -124,10 +126,9 @@ class Conditions:
         if not count:
             return None
         mean = total / count
-        if until.above is not None and mean > until.above:
-            return f"until {until.metric} > {until.above:g}: mean {mean:.4g} over {count} steps"
-        if until.below is not None and mean < until.below:
-            return f"until {until.metric} < {until.below:g}: mean {mean:.4g} over {count} steps"
+        if until.holds(mean):
+            bound = f"{until.metric} {until.sign} {until.value:g}"
+            return f"until {bound}: mean {mean:.4g} over {count} steps"
         return None
 
     def _plateau(self, until, values):
@@ -193,7 +194,7 @@ def check_metrics(stages, stage_plans, task):
         until = stage.until
         if until is None:
             continue
-        if until.metric is None:
+        if isinstance(until, Plateau):
             known = task.eval_metrics
             if known is not None and until.eval not in known:
                 raise ConfigError(
