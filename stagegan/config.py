@@ -53,37 +53,7 @@ OPTIMIZER_TYPES = {
 DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
 MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
 
-TOP_LEVEL_DEFAULTS = {
-    "name": "run",
-    "seed": 0,
-    "deterministic": False,
-    "data": {},
-    "model": {},
-    "loss": {},
-    "devices": {  # `auto`: the layout that suits the visible devices (`placement`)
-        "towers": "auto",
-        "variables": "auto",
-        "strategy": "auto",
-        "jit": False,
-        "mixed_precision": False,
-    },
-    "optimizers": {},
-    "checkpoint": {"every": 1000, "keep": 3, "keep_best": None},
-    "log": {"every": 100, "tensorboard": True, "histograms": 0, "progress": "auto"},
-    "samples": {"every": 500, "count": None, "seed": None, "ema": True},
-    "ema": None,
-    "eval": None,
-    "guard": {"policy": "skip", "max_consecutive": 20},
-    "init": None,
-    "augment": None,
-}
-DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
-EMA_DEFAULTS = {"decay": 0.999, "start": 0, "network": "generator"}
-INIT_DEFAULTS = {"run": None, "checkpoint": None, "only": None}
-EVAL_DEFAULTS = {"every": 0, "count": None, "features": None, "batch_size": None}
-PROGRESS = ("auto", "bar", "lines")
 GUARD_POLICIES = ("skip", "stop", "off")
-SECTIONS = ("devices", "checkpoint", "log", "samples", "guard")  # always-present mappings
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
 STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment")
 # Augmentation ops (`stagegan.augment`) -> the uniform numbers each draws per image, besides
@@ -132,6 +102,63 @@ STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 
 
 # Records ------------------------------------------------------------------------------------
+
+
+# The schema --------------------------------------------------------------------------------
+# A section's record is its schema: each field carries its default, its check and whether
+# `--set` may change it on resume (`option`). `build_section` walks the fields; the defaults
+# (`defaults`) and resume's rules (`resumable_keys`) are read from the same fields. A new key
+# of such a section is one `option` line.
+
+
+def option(default, check, resume=False):
+    """A config field: `default`, `check(value, key) -> value` (raises `ConfigError(key)`),
+    and whether a resumed run may change it (`resume`)."""
+    return dataclasses.field(
+        default=default, metadata={"default": default, "check": check, "resume": resume}
+    )
+
+
+def integer(minimum=None):
+    return lambda value, key: _integer(value, key, minimum)
+
+
+def optional(check):
+    """`check`, or None passed through."""
+    return lambda value, key: None if value is None else check(value, key)
+
+
+def choice(names):
+    def check(value, key):
+        if value not in names:
+            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
+        return value
+
+    return check
+
+
+def boolean(value, key):
+    return _boolean(value, key)
+
+
+def string(value, key):
+    return _string(value, key)
+
+
+def defaults(record):
+    """`{field: default}` of a section's record."""
+    return {f.name: f.metadata["default"] for f in dataclasses.fields(record)}
+
+
+def build_section(record, value, key):
+    """The record of section `key` from its YAML mapping `value`: unknown keys refused,
+    defaults filled in (and written back into `value`, which is what `config.yaml` keeps),
+    each field checked."""
+    fields = dataclasses.fields(record)
+    _check_keys(_mapping(value, key), tuple(f.name for f in fields), key)
+    for f in fields:
+        value.setdefault(f.name, copy.deepcopy(f.metadata["default"]))
+    return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
 
 
 @dataclass(frozen=True)
@@ -323,22 +350,62 @@ class Stage:
     augment: object = None
 
 
+def _towers(towers, key):
+    if isinstance(towers, bool):
+        raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+    if isinstance(towers, int):
+        if towers < 1:
+            raise ConfigError(key, f"must be at least 1. Received: {towers}")
+        return towers
+    if isinstance(towers, str):
+        if towers != "auto":
+            raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+        return towers
+    if isinstance(towers, list):
+        if not towers or not all(isinstance(d, str) and d for d in towers):
+            raise ConfigError(
+                key, f"must be a non-empty list of device names. Received: {towers!r}"
+            )
+        if len(set(towers)) != len(towers):
+            raise ConfigError(key, f"lists a device twice: {towers!r}")
+        return tuple(towers)
+    raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+
+
+STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "auto")
+
+
+def _precision(precision, key):
+    if not (isinstance(precision, bool) or precision in ("float16", "bfloat16")):
+        raise ConfigError(
+            key,
+            "must be float16, bfloat16 or false (true: float16 on GPUs, bfloat16 on CPUs). "
+            f"Received: {precision!r}",
+        )
+    return precision
+
+
 @dataclass(frozen=True)
 class DevicesConfig:
-    """`devices:` (defaults: `DEVICES_DEFAULTS`)."""
+    """`devices:`. `auto`: the layout that suits the visible devices (`placement`)."""
 
-    towers: object  # int, "auto", or a tuple of device names
-    variables: str  # a device name, or "auto"
-    strategy: str  # auto | towers | mirrored | central_storage | multi_worker
-    jit: bool  # compile each replica's pass with XLA
-    mixed_precision: object  # False | "float16" | "bfloat16" | True (see `precision`)
+    towers: object = option("auto", _towers, resume=True)  # int, "auto", or device names
+    variables: str = option("auto", string, resume=True)  # a device name, or "auto"
+    strategy: str = option("auto", choice(STRATEGIES), resume=True)
+    jit: bool = option(False, boolean, resume=True)  # compile each replica's pass with XLA
+    # False | "float16" | "bfloat16" | True (see `precision`)
+    mixed_precision: object = option(False, _precision)
+
+
+def _keep_best(value, key):
+    return _parse_keep_best(value)
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    every: int  # 0: only at stage ends and at the end of the run
-    keep: int
-    keep_best: object = None  # a KeepBest, or None
+    every: int = option(1000, integer(0), resume=True)  # 0: at stage ends and the run's end
+    keep: int = option(3, integer(1))
+    keep_best: object = option(None, _keep_best)  # a KeepBest, or None
 
 
 @dataclass(frozen=True)
@@ -354,6 +421,9 @@ class KeepBest:
         return f"keep best: the checkpoint of the {better} eval {self.metric}, tagged best"
 
 
+PROGRESS = ("auto", "bar", "lines")
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """Console, `metrics.jsonl` and TensorBoard output.
@@ -364,10 +434,10 @@ class LogConfig:
     when stdout is a terminal).
     """
 
-    every: int
-    tensorboard: bool
-    histograms: int
-    progress: str
+    every: int = option(100, integer(1), resume=True)
+    tensorboard: bool = option(True, boolean)
+    histograms: int = option(0, integer(0), resume=True)
+    progress: str = option("auto", choice(PROGRESS))
 
 
 @dataclass(frozen=True)
@@ -376,10 +446,10 @@ class SamplesConfig:
     samples (None: the task's `sample_count`) from inputs fixed at the start of the run from
     `seed` (None: the run seed). `ema`: sample from the EMA weights when the run has an EMA."""
 
-    every: int
-    count: int
-    seed: int
-    ema: bool
+    every: int = option(500, integer(0), resume=True)
+    count: int = option(None, optional(integer(1)))
+    seed: int = option(None, optional(lambda value, key: check_seed(value, key)))
+    ema: bool = option(True, boolean)
 
 
 @dataclass(frozen=True)
@@ -387,12 +457,14 @@ class EvalConfig:
     """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
     `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
     `package.module:function` for FID/KID; `batch_size`: images per forward pass in
-    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`)."""
+    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`).
+    Evaluation reads the weights and writes only its own records: all of it may change on
+    resume."""
 
-    every: int
-    count: object
-    features: object
-    batch_size: object = None
+    every: int = option(0, integer(0), resume=True)
+    count: object = option(None, optional(integer(4)), resume=True)
+    features: object = option(None, optional(string), resume=True)
+    batch_size: object = option(None, optional(integer(1)), resume=True)
 
 
 @dataclass(frozen=True)
@@ -403,8 +475,22 @@ class GuardConfig:
     at the first one. `off`: no check (for measuring the guard's cost; checkpoints are still
     never written with non-finite weights)."""
 
-    policy: str
-    max_consecutive: int
+    policy: str = option("skip", choice(GUARD_POLICIES))
+    max_consecutive: int = option(20, integer(1))
+
+
+def _init_run(value, key):
+    if value is None:
+        raise ConfigError(key, "required key is missing (the run folder to start from)")
+    return _string(value, key)
+
+
+def _patterns(only, key):
+    if isinstance(only, str):
+        only = [only]
+    if not isinstance(only, list) or not only or not all(isinstance(p, str) and p for p in only):
+        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {only!r}")
+    return tuple(only)
 
 
 @dataclass(frozen=True)
@@ -414,9 +500,16 @@ class InitConfig:
     of run folder `run`, by variable path; `only` (glob patterns, None: every network
     variable) restricts which. Optimizers, the step and the random streams start fresh."""
 
-    run: str
-    checkpoint: object  # int, or None for the newest
-    only: object  # tuple of patterns, or None
+    run: str = option(None, _init_run)
+    checkpoint: object = option(None, optional(integer(0)))  # int, or None for the newest
+    only: object = option(None, optional(_patterns))  # tuple of patterns, or None
+
+
+def _decay(value, key):
+    decay = _number(value, key)
+    if not 0 <= decay < 1:
+        raise ConfigError(key, f"must be in [0, 1). Received: {decay}")
+    return decay
 
 
 @dataclass(frozen=True)
@@ -427,9 +520,9 @@ class EmaConfig:
     Before `start` the average simply follows the weights.
     """
 
-    decay: float
-    start: int
-    network: str
+    decay: float = option(0.999, _decay)
+    start: int = option(0, integer(0))
+    network: str = option("generator", string)
 
 
 @dataclass(frozen=True)
@@ -474,6 +567,51 @@ class RunConfig:
 
     def to_yaml(self):
         return yaml_dump(self.raw)
+
+
+# Sections with a record (`build_section`), by key; `samples` may be null (no dumps), the
+# optional ones are null unless given.
+SECTION_RECORDS = {
+    "devices": DevicesConfig,
+    "checkpoint": CheckpointConfig,
+    "log": LogConfig,
+    "samples": SamplesConfig,
+    "guard": GuardConfig,
+}
+OPTIONAL_RECORDS = {"ema": EmaConfig, "eval": EvalConfig, "init": InitConfig}
+TOP_LEVEL_DEFAULTS = {
+    "name": "run",
+    "seed": 0,
+    "deterministic": False,
+    "data": {},
+    "model": {},
+    "loss": {},
+    "devices": defaults(DevicesConfig),
+    "optimizers": {},
+    "checkpoint": defaults(CheckpointConfig),
+    "log": defaults(LogConfig),
+    "samples": defaults(SamplesConfig),
+    "ema": None,
+    "eval": None,
+    "guard": defaults(GuardConfig),
+    "init": None,
+    "augment": None,
+}
+DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
+EMA_DEFAULTS = defaults(EmaConfig)
+INIT_DEFAULTS = defaults(InitConfig)
+EVAL_DEFAULTS = defaults(EvalConfig)
+
+
+def resumable_keys():
+    """The key paths that `--set` may change on resume, by the records' field metadata."""
+    records = {**SECTION_RECORDS, **OPTIONAL_RECORDS}
+    return tuple(
+        f"{key}.{f.name}"
+        for key, record in records.items()
+        for f in dataclasses.fields(record)
+        if f.metadata["resume"]
+    )
 
 
 # Loading ------------------------------------------------------------------------------------
@@ -685,7 +823,7 @@ def parse_config(raw):
     resolved = {}
     for key, default in TOP_LEVEL_DEFAULTS.items():
         value = raw.get(key, copy.deepcopy(default))
-        if isinstance(default, dict) and key in SECTIONS:
+        if key in SECTION_RECORDS:
             if key == "samples" and value is None:
                 resolved[key] = None
                 continue
@@ -697,7 +835,7 @@ def parse_config(raw):
     name = _string(resolved["name"], "name")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError("name", f"must be letters, digits, '-', '_' or '.'. Received: {name!r}")
-    devices = _parse_devices(resolved["devices"])
+    devices = build_section(DevicesConfig, resolved["devices"], "devices")
     # That it divides across the replicas is checked with the devices (`placement`).
     batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
     named = {
@@ -707,27 +845,16 @@ def parse_config(raw):
     augment = _parse_augment(resolved["augment"], "augment")
     stages, optimizers, shared = _parse_stages(resolved["stages"], named, augment)
     optimizers = _lazy_optimizers(stages, optimizers, shared)
-    checkpoint = resolved["checkpoint"]
-    _check_keys(checkpoint, ("every", "keep", "keep_best"), "checkpoint")
-    log = resolved["log"]
-    _check_keys(log, tuple(TOP_LEVEL_DEFAULTS["log"]), "log")
-    if log["progress"] not in PROGRESS:
-        raise ConfigError(
-            "log.progress", f"must be one of {', '.join(PROGRESS)}. Received: {log['progress']!r}"
-        )
+    checkpoint = build_section(CheckpointConfig, resolved["checkpoint"], "checkpoint")
+    log = build_section(LogConfig, resolved["log"], "log")
     guard = resolved["guard"]
-    _check_keys(guard, tuple(TOP_LEVEL_DEFAULTS["guard"]), "guard")
-    if guard["policy"] is False:  # YAML reads a bare `off` as false
+    if guard.get("policy") is False:  # YAML reads a bare `off` as false
         guard["policy"] = "off"
-    if guard["policy"] not in GUARD_POLICIES:
-        raise ConfigError(
-            "guard.policy",
-            f"must be one of {', '.join(GUARD_POLICIES)}. Received: {guard['policy']!r}",
-        )
+    guard = build_section(GuardConfig, guard, "guard")
     task = _string(resolved["task"], "task")
     # Keep only the named optimizers that are used, so the saved config stays honest.
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
-    keep_best = _parse_keep_best(checkpoint.get("keep_best"))
+    keep_best = checkpoint.keep_best
     _check_keep_best(keep_best, stages, resolved.get("eval"))
     if keep_best is not None and devices.strategy == "multi_worker":
         # Only the chief evaluates: the workers could not agree on the best or roll back alike.
@@ -748,26 +875,14 @@ def parse_config(raw):
         optimizers=optimizers,
         shared=frozenset(shared),
         stages=stages,
-        checkpoint=CheckpointConfig(
-            every=_integer(checkpoint["every"], "checkpoint.every", minimum=0),
-            keep=_integer(checkpoint["keep"], "checkpoint.keep", minimum=1),
-            keep_best=keep_best,
-        ),
-        log=LogConfig(
-            every=_integer(log["every"], "log.every", minimum=1),
-            tensorboard=_boolean(log["tensorboard"], "log.tensorboard"),
-            histograms=_integer(log["histograms"], "log.histograms", minimum=0),
-            progress=log["progress"],
-        ),
+        checkpoint=checkpoint,
+        log=log,
         samples=_parse_samples(resolved),
-        ema=_parse_ema(resolved),
-        eval=_parse_eval(resolved),
-        init=_parse_init(resolved),
+        ema=_optional_section(resolved, "ema"),
+        eval=_optional_section(resolved, "eval"),
+        init=_optional_section(resolved, "init"),
         augment=augment,
-        guard=GuardConfig(
-            policy=guard["policy"],
-            max_consecutive=_integer(guard["max_consecutive"], "guard.max_consecutive", 1),
-        ),
+        guard=guard,
         raw=resolved,
     )
 
@@ -989,119 +1104,26 @@ def _read_stage_file(reference):
     return data["stages"], _mapping(data.get("optimizers", {}), f"optimizers ({path})")
 
 
-def _parse_devices(value):
-    devices = _mapping(value, "devices")
-    _check_keys(devices, tuple(DEVICES_DEFAULTS), "devices")
-    towers = devices["towers"]
-    if isinstance(towers, bool):
-        raise ConfigError(
-            "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
-        )
-    if isinstance(towers, int):
-        if towers < 1:
-            raise ConfigError("devices.towers", f"must be at least 1. Received: {towers}")
-    elif isinstance(towers, str):
-        if towers != "auto":
-            raise ConfigError(
-                "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
-            )
-    elif isinstance(towers, list):
-        if not towers or not all(isinstance(d, str) and d for d in towers):
-            raise ConfigError(
-                "devices.towers", f"must be a non-empty list of device names. Received: {towers!r}"
-            )
-        if len(set(towers)) != len(towers):
-            raise ConfigError("devices.towers", f"lists a device twice: {towers!r}")
-        towers = tuple(towers)
-    else:
-        raise ConfigError(
-            "devices.towers", f"must be an int, 'auto' or a list. Received: {towers!r}"
-        )
-    strategy = devices["strategy"]
-    if strategy not in STRATEGIES:
-        raise ConfigError(
-            "devices.strategy", f"must be one of {', '.join(STRATEGIES)}. Received: {strategy!r}"
-        )
-    if not isinstance(devices["jit"], bool):
-        raise ConfigError("devices.jit", f"must be true or false. Received: {devices['jit']!r}")
-    precision = devices["mixed_precision"]
-    if not (isinstance(precision, bool) or precision in ("float16", "bfloat16")):
-        raise ConfigError(
-            "devices.mixed_precision",
-            "must be float16, bfloat16 or false (true: float16 on GPUs, bfloat16 on CPUs). "
-            f"Received: {precision!r}",
-        )
-    return DevicesConfig(
-        towers=towers,
-        variables=_string(devices["variables"], "devices.variables"),
-        strategy=strategy,
-        jit=devices["jit"],
-        mixed_precision=devices["mixed_precision"],
-    )
-
-
-STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "auto")
-
-
-def _optional_section(resolved, key, defaults):
-    """An optional top-level section: None (or false) disables it; otherwise its keys are
-    checked and its defaults filled in (and written back). Returns the mapping or None."""
+def _optional_section(resolved, key):
+    """An optional top-level section with a record (`OPTIONAL_RECORDS`): None (or false)
+    disables it; otherwise its record, its defaults written back into `resolved`."""
     value = resolved[key]
     if value is None or value is False:
         resolved[key] = None
         return None
-    value = {**defaults, **_mapping(value, key)}
-    _check_keys(value, tuple(defaults), key)
-    resolved[key] = value
-    return value
-
-
-def _parse_ema(resolved):
-    """`ema: {decay, start, network}`; None disables."""
-    value = _optional_section(resolved, "ema", EMA_DEFAULTS)
-    if value is None:
-        return None
-    decay = _number(value["decay"], "ema.decay")
-    if not 0 <= decay < 1:
-        raise ConfigError("ema.decay", f"must be in [0, 1). Received: {decay}")
-    ema = EmaConfig(
-        decay=decay,
-        start=_integer(value["start"], "ema.start", minimum=0),
-        network=_string(value["network"], "ema.network"),
-    )
-    return ema
+    resolved[key] = {**defaults(OPTIONAL_RECORDS[key]), **_mapping(value, key)}
+    return build_section(OPTIONAL_RECORDS[key], resolved[key], key)
 
 
 def _parse_samples(resolved):
+    """`samples:`, its seed the run's unless given; None: no sample dumps."""
     value = resolved["samples"]
     if value is None:
         return None
-    _check_keys(value, tuple(TOP_LEVEL_DEFAULTS["samples"]), "samples")
-    seed = value["seed"]
-    return SamplesConfig(
-        every=_integer(value["every"], "samples.every", minimum=0),
-        count=None if value["count"] is None else _integer(value["count"], "samples.count", 1),
-        seed=resolved["seed"] if seed is None else check_seed(seed, "samples.seed"),
-        ema=_boolean(value["ema"], "samples.ema"),
-    )
-
-
-def _parse_eval(resolved):
-    """`eval: {every, count, features}`; None disables."""
-    value = _optional_section(resolved, "eval", EVAL_DEFAULTS)
-    if value is None:
-        return None
-    count = value["count"]
-    features = value["features"]
-    if features is not None:
-        _string(features, "eval.features")
-    batch_size = value["batch_size"]
-    return EvalConfig(
-        every=_integer(value["every"], "eval.every", minimum=0),
-        count=None if count is None else _integer(count, "eval.count", minimum=4),
-        features=features,
-        batch_size=None if batch_size is None else _integer(batch_size, "eval.batch_size", 1),
-    )
+    samples = build_section(SamplesConfig, value, "samples")
+    if samples.seed is None:
+        samples = dataclasses.replace(samples, seed=check_seed(resolved["seed"], "seed"))
+    return samples
 
 
 def chunk_size(config):
@@ -1110,30 +1132,6 @@ def chunk_size(config):
     if config.eval is not None and config.eval.batch_size is not None:
         return config.eval.batch_size
     return config.batch_size
-
-
-def _parse_init(resolved):
-    """`init: {run, checkpoint, only}`; None is a cold start."""
-    value = _optional_section(resolved, "init", INIT_DEFAULTS)
-    if value is None:
-        return None
-    if value["run"] is None:
-        raise ConfigError("init.run", "required key is missing (the run folder to start from)")
-    checkpoint = value["checkpoint"]
-    only = value["only"]
-    if isinstance(only, str):
-        only = [only]
-    if only is not None and (
-        not isinstance(only, list) or not only or not all(isinstance(p, str) and p for p in only)
-    ):
-        raise ConfigError(
-            "init.only", f"must be a pattern or a list of patterns. Received: {only!r}"
-        )
-    return InitConfig(
-        run=_string(value["run"], "init.run"),
-        checkpoint=None if checkpoint is None else _integer(checkpoint, "init.checkpoint", 0),
-        only=None if only is None else tuple(only),
-    )
 
 
 def _parse_optimizer(spec, key):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stagegan.checkpoints import CheckpointStore
-from stagegan.config import apply_overrides, format_key_path, parse_config
+from stagegan.config import apply_overrides, format_key_path, parse_config, resumable_keys
 from stagegan.errors import ConfigError, first_line
 from stagegan.logs import append_jsonl, tensorboard_session_start
 from stagegan.rundirs import atomic_write
@@ -38,15 +38,14 @@ from stagegan.until import stage_ends
 from stagegan.variables import slug
 
 RESUME_LOG = "resume.jsonl"
-# What `--set` may change on resume: keys that do not change what was already computed.
+# What `--set` may change on resume: keys that do not change what was already computed. The
+# sections' fields say so themselves (`option(..., resume=True)` in `stagegan.config`).
 SAFE = (
     re.compile(r"optimizers\.[^.\[\]]+\.learning_rate(\.\w+)?"),
     re.compile(r"stages\[\d+\]\.updates\[\d+\]\.optimizer\.learning_rate(\.\w+)?"),
-    re.compile(r"(log\.every|log\.histograms|samples\.every|checkpoint\.every)"),
-    # Evaluation reads the weights and writes only its own records.
-    re.compile(r"eval(\.\w+)?"),
-    # Where the run computes: the global batch and its draws do not depend on it.
-    re.compile(r"devices\.(towers(\[\d+\])?|variables|strategy|jit)"),
+    re.compile("|".join(re.escape(key) for key in resumable_keys())),
+    re.compile(r"eval"),  # evaluation turned on or off: it writes only its own records
+    re.compile(r"devices\.towers\[\d+\]"),  # one device of a tower list
 )
 STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
 STAGE_UNTIL = re.compile(r"stages\[(\d+)\]\.until(\..*)?")

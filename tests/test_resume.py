@@ -18,7 +18,7 @@ from clihelp import ROOT, TINY, stagegan
 from toytask import D, G, finished_run, read_checkpoint, toy_config
 
 from stagegan.checkpoints import CheckpointStore
-from stagegan.config import load_config, parse_config
+from stagegan.config import load_config, parse_config, resumable_keys
 from stagegan.errors import ConfigError
 from stagegan.loop import train
 from stagegan.resume import check_changes, commit, drop_records_after, plan_resume, restore
@@ -214,6 +214,37 @@ def test_safe_changes_pass_and_others_are_refused():
         change(batch_size=16)
     with pytest.raises(ConfigError, match=r"^optimizers\.d: cannot change"):
         change(optimizers={**TOY["optimizers"], "d": {"type": "adam"}})
+
+
+def test_resume_rules_are_the_records_field_metadata():
+    # The keys the earlier hand-written patterns allowed, field by field.
+    assert set(resumable_keys()) == {
+        "devices.towers",
+        "devices.variables",
+        "devices.strategy",
+        "devices.jit",
+        "checkpoint.every",
+        "log.every",
+        "log.histograms",
+        "samples.every",
+        "eval.every",
+        "eval.count",
+        "eval.features",
+        "eval.batch_size",
+    }
+    old = parse_config(TOY)
+    change = lambda **raw: check_changes(old, parse_config({**TOY, **raw}), step=4)
+    devices = {**TOY.get("devices", {}), "towers": ["/CPU:0", "/CPU:1"], "jit": True}
+    assert set(change(devices=devices)) == {"devices.towers", "devices.jit"}
+    assert set(change(eval={"every": 2, "count": 8})) == {"eval"}  # turned on
+    for section, value in (
+        ("devices", {**TOY.get("devices", {}), "mixed_precision": "bfloat16"}),
+        ("log", {**TOY["log"], "tensorboard": True}),
+        ("samples", {"every": 500, "count": 4}),
+        ("guard", {"policy": "stop"}),
+    ):
+        with pytest.raises(ConfigError, match=r"cannot change on resume \(safe to change"):
+            change(**{section: value})
 
 
 def test_accepted_change_is_applied_and_recorded(toy_run, tmp_path):
