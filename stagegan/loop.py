@@ -1,8 +1,10 @@
-"""The training loop: `train(trainer, run_dir)` walks the schedule and, after every step, runs
-the run's callbacks.
+"""The training loop: `train(trainer, run_dir)` walks the schedule and, around every step,
+runs the run's callbacks.
 
-Each callback has one shape, `due(tick) -> bool` and `run(tick)` (and `close()`), and they run
-in one list, in this order:
+Callbacks have Keras's shape (`Callback`): `on_step_begin(tick)` before a step (a callback
+that wants the step's gradients sets `tick.gradients`), `on_step_end(tick)` after it (one that
+must stop the run sets `tick.stop`), and `close()`. They share the `Tick` and the loop's
+`Logs`; none reads another's fields. They run in one list, in this order:
 
     MetricsLog    interval means into metrics.jsonl and TensorBoard, the console line or bar
     Histograms    weight and gradient histograms (`log.histograms`, and every stage end)
@@ -15,9 +17,11 @@ in one list, in this order:
                   checkpoint (deferred by Checkpoints until then)
     LossPlots     plots/losses.png, redrawn at every stage end
 
-A `Tick` says where the loop is: the position, the global steps done after it, whether the
-stage or the run ends there, and the step's `StepOutput`. Before the callbacks run, a stage's
-`until:` condition (`stagegan.until`) may end the stage at that step.
+The three that write checkpoints share one `CheckpointWriter`. A `Tick` says where the loop
+is: the position, the global steps done after it, whether the stage or the run ends there,
+and the step's `StepOutput`. Before the callbacks run, a stage's `until:` condition
+(`stagegan.until`) may say that the stage ends at that step; the loop alone then changes the
+schedule (`end_stage`).
 """
 
 import logging
@@ -60,8 +64,28 @@ class Tick:
     stage_done: bool  # the stage ends with this step
     final: bool  # the run ends with this step
     output: object = None  # the step's steps.StepOutput
+    first: bool = False  # the first step of its stage in this process (a stage starts)
     ended: object = None  # why the stage's `until` ended it here (a string), or None
     evaluation: object = None  # an evaluation the `until` check ran at this step
+    gradients: bool = False  # a callback asked for the step's gradients (`on_step_begin`)
+    stop: object = None  # an exception a callback asks the loop to raise after the step
+
+
+@dataclass
+class Logs:
+    """What the callbacks share, as Keras's `logs`: none reads another's fields.
+
+    `began`: when the loop started (perf_counter); `meter`: the log interval so far
+    (`MetricsLog` starts a new one at each log line; a checkpoint keeps its state);
+    `last`: the last logged metrics, as floats (what `train` returns); `conditions`: the
+    `until` checks (their state goes into checkpoints); `keeper`: the `BestKeeper` of
+    `checkpoint.keep_best`, or None."""
+
+    began: float
+    conditions: object
+    keeper: object = None
+    meter: object = None
+    last: dict = field(default_factory=dict)
 
 
 def train(trainer, run_dir, stop_after=None, run_name=None):
@@ -145,17 +169,19 @@ def _loop(trainer, run_dir, store, signals, stop_after):
     schedule = trainer.schedule
     start = trainer.step_count
     conditions = Conditions(schedule, check_evaluation(trainer), trainer.until_state)
-    keeper = BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start)
-    callbacks = make_callbacks(trainer, run_dir, store, signals, start, conditions, keeper)
-    metrics, histograms = callbacks[0], callbacks[1]
-    checkpoints = next(c for c in callbacks if isinstance(c, Checkpoints))
+    logs = Logs(
+        began=time.perf_counter(),
+        conditions=conditions,
+        keeper=BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start),
+    )
+    callbacks = make_callbacks(trainer, run_dir, store, signals, start, logs)
     try:
         for position in schedule.positions(start):
-            if position.stage_step == 0 or position.global_step == start:
-                metrics.progress.stage_started(position, resumed=position.stage_step > 0)
-            tick = make_tick(schedule, position)
+            tick = make_tick(schedule, position, resumed=position.global_step == start)
+            for callback in callbacks:
+                callback.on_step_begin(tick)
             signals.step_started(position.global_step + 1)
-            tick.output = trainer.step(position, with_gradients=histograms.due(tick), check=False)
+            tick.output = trainer.step(position, with_gradients=tick.gradients, check=False)
             signals.step_finished()
             stopping = stop_after is not None and tick.done - start >= stop_after
             # Read from the device only where something is read anyway (see `Callback.reads`).
@@ -168,17 +194,36 @@ def _loop(trainer, run_dir, store, signals, stop_after):
                 or any(c.reads(tick) for c in callbacks)
             ):
                 flush_guard(trainer, run_dir)
-            conditions.check(tick)
+            reason = conditions.check(tick)
+            if reason is not None:
+                end_stage(schedule, tick, reason)
             for callback in callbacks:
-                if callback.due(tick):
-                    callback.run(tick)
-            checkpoints.raise_if_interrupted(tick)
+                callback.on_step_end(tick)
+            if tick.stop is not None:
+                raise tick.stop
             if stopping:
                 break
     finally:
         for callback in callbacks:
             callback.close()
-    return metrics.last
+    return logs.last
+
+
+def end_stage(schedule, tick, reason):
+    """The stage of `tick` ends after its step, as its `until` decided (`reason`): the only
+    place the loop's schedule changes while it walks it."""
+    stage_steps = tick.position.stage_step + 1
+    schedule.end_stage(tick.position.stage_index, stage_steps)
+    tick.stage_done, tick.final = True, tick.done == schedule.total_steps
+    tick.ended = reason
+    log.info(
+        "[%s] stage ends at step %d, after %d of at most %d steps: %s",
+        tick.stage.name,
+        tick.done,
+        stage_steps,
+        tick.stage.steps,
+        reason,
+    )
 
 
 def flush_guard(trainer, run_dir):
@@ -192,7 +237,8 @@ def flush_guard(trainer, run_dir):
         trainer.guard.events.clear()
 
 
-def make_tick(schedule, position):
+def make_tick(schedule, position, resumed=False):
+    """The `Tick` of the step at `position` (`resumed`: the first step of this process)."""
     done = position.global_step + 1
     return Tick(
         position=position,
@@ -200,91 +246,94 @@ def make_tick(schedule, position):
         done=done,
         stage_done=done == schedule.stage_end(position.stage_index),
         final=done == schedule.total_steps,
+        first=position.stage_step == 0 or resumed,
     )
 
 
-def make_callbacks(trainer, run_dir, store, signals, start, conditions, keeper=None):
+def make_callbacks(trainer, run_dir, store, signals, start, logs):
     """The run's callbacks, in the order they run after a step (see the module doc)."""
     config = trainer.config
     evaluation = check_evaluation(trainer)
     if config.log.tensorboard and start == 0 and not (run_dir / "tensorboard").exists():
         tensorboard_session_start(run_dir / "tensorboard", 0)  # see `resume.commit`
     runlog = RunLog(run_dir, config.log.tensorboard)
-    metrics = MetricsLog(trainer, runlog, store, start)
-    callbacks = [metrics, Histograms(trainer, runlog)]
+    writer = CheckpointWriter(trainer, store, signals, run_dir, logs)
+    callbacks = [MetricsLog(trainer, runlog, store, start, logs), Histograms(trainer, runlog)]
     if config.samples:
         callbacks.append(Samples(SampleDumper(trainer, run_dir, config.samples), runlog))
-    checkpoints = Checkpoints(trainer, store, metrics, signals, run_dir, conditions, keeper)
-    callbacks.append(checkpoints)
+    callbacks.append(Checkpoints(writer))
     if evaluation is not None:
         evaluation.run_dir = run_dir
         scheduled = config.eval is not None
         every = config.eval.every if scheduled else 0
-        callbacks.append(
-            EvaluationCallback(evaluation, every, runlog, metrics, scheduled, keeper, checkpoints)
-        )
-    if keeper is not None:
-        callbacks.append(RestoreBest(trainer, checkpoints, keeper))
+        callbacks.append(EvaluationCallback(evaluation, every, runlog, logs, scheduled, writer))
+    if logs.keeper is not None:
+        callbacks.append(RestoreBest(trainer, writer, logs.keeper))
     callbacks.append(LossPlots(trainer.schedule, runlog, run_dir))
     return callbacks
 
 
 class Callback:
-    """One thing the loop does after some steps."""
+    """One thing the loop does around each step, as Keras's callbacks: `on_step_begin`
+    before it (ask for its gradients: `tick.gradients`), `on_step_end` after it (stop the
+    run: `tick.stop`), `close` at the end. They share the `Tick` and the loop's `Logs`."""
 
-    def due(self, tick):
-        return True
+    def on_step_begin(self, tick):
+        pass
 
     def reads(self, tick):
-        """Whether it reads values from the device after this step (the NaN guard's results
-        are read, and acted on, only at such steps: no host round trip on the others)."""
-        return self.due(tick)
+        """Whether `on_step_end` reads values from the device after this step (the NaN
+        guard's results are read, and acted on, only at such steps: no host round trip on
+        the others)."""
+        return False
 
-    def run(self, tick):
-        raise NotImplementedError
+    def on_step_end(self, tick):
+        pass
 
     def close(self):
         pass
 
 
 class MetricsLog(Callback):
-    """Interval means (`_Meter`) of the step metrics: metrics.jsonl, TensorBoard and the
+    """Interval means (`Meter`) of the step metrics: metrics.jsonl, TensorBoard and the
     console every `log.every` steps and at stage ends; the progress bar every step."""
 
-    def __init__(self, trainer, runlog, store, start):
-        self.trainer, self.runlog = trainer, runlog
+    def __init__(self, trainer, runlog, store, start, logs):
+        self.trainer, self.runlog, self.logs = trainer, runlog, logs
         self.config = trainer.config
         self.progress = Progress(trainer.schedule, self.config.log.progress, start)
-        self.began = time.perf_counter()
-        self.meter = Meter(self.began)
-        self.last = {}
+        logs.meter = Meter(logs.began)
         # A resumed run goes on with the log interval it was in (see CheckpointStore.save).
         entry = next((e for e in store.entries() if e["step"] == start), None)
         if entry is not None and start % self.config.log.every:
-            self.meter.carried = {k: list(v) for k, v in entry.get("log_pending", {}).items()}
+            logs.meter.carried = {k: list(v) for k, v in entry.get("log_pending", {}).items()}
+
+    def on_step_begin(self, tick):
+        if tick.first:
+            self.progress.stage_started(tick.position, resumed=tick.position.stage_step > 0)
 
     def reads(self, tick):
         return tick.done % self.config.log.every == 0 or tick.stage_done
 
-    def run(self, tick):
-        position = tick.position
-        self.meter.pending.append(tick.output.metrics)
+    def on_step_end(self, tick):
+        position, meter = tick.position, self.logs.meter
+        meter.pending.append(tick.output.metrics)
         stage_step = self.trainer.stage_steps[position.stage_index]
         batches = stage_step.batches_per_step(position.stage_step)
-        self.meter.examples += batches * self.config.batch_size
-        if not (tick.done % self.config.log.every == 0 or tick.stage_done):
+        meter.examples += batches * self.config.batch_size
+        if not self.reads(tick):
             self.progress.step(position, tick.done)
             return
         now = time.perf_counter()
-        last = self.meter.means()
-        rate = self.meter.rate(now)
+        last = meter.means()
+        rate = meter.rate(now)
         ended = {"stage_ended": tick.ended} if tick.ended else {}
         self.runlog.scalars(
             {
                 "step": tick.done,
                 "stage": tick.stage.name,
                 "stage_step": position.stage_step + 1,
-                "time": round(now - self.began, 3),
+                "time": round(now - self.logs.began, 3),
                 "wall_time": round(time.time(), 3),
                 "examples_per_sec": round(rate, 2),
                 **ended,
@@ -292,8 +341,8 @@ class MetricsLog(Callback):
             }
         )
         self.progress.step(position, tick.done, last, rate)
-        self.last = {k: v for k, v in last.items() if not np.isnan(v)}
-        self.meter = Meter(now)
+        self.logs.last = {k: v for k, v in last.items() if not np.isnan(v)}
+        self.logs.meter = Meter(now)
 
     def close(self):
         self.progress.close()
@@ -302,7 +351,7 @@ class MetricsLog(Callback):
 
 class Histograms(Callback):
     """Weight and gradient histograms into TensorBoard: every `log.histograms` steps and at
-    stage ends. `due` is asked before the step too, which then returns its gradients."""
+    stage ends (it asks for the step's gradients before the step)."""
 
     def __init__(self, trainer, runlog):
         self.trainer, self.runlog = trainer, runlog
@@ -314,7 +363,17 @@ class Histograms(Callback):
             tick.stage_done or bool(every and tick.done % every == 0)
         )
 
-    def run(self, tick):
+    def on_step_begin(self, tick):
+        if self.due(tick):
+            tick.gradients = True
+
+    reads = due
+
+    def on_step_end(self, tick):
+        if not self.due(tick):
+            return
+        # (At a stage that its `until` ended here, the step was not asked for gradients:
+        # the weights only.)
         arrays = {f"weights/{v.path}": v.numpy() for v in self.trainer.variables}
         arrays.update({f"gradients/{k}": v.numpy() for k, v in tick.output.gradients.items()})
         self.runlog.histograms(tick.done, tick.stage.name, arrays)
@@ -326,28 +385,27 @@ class Samples(Callback):
     def __init__(self, dumper, runlog):
         self.dumper, self.runlog = dumper, runlog
 
-    def due(self, tick):
+    def reads(self, tick):
         return self.dumper.due(tick.done, tick.stage_done)
 
-    def run(self, tick):
-        _, picture = self.dumper.dump(tick.done, tick.stage.name)
-        self.runlog.image(tick.done, "samples", picture)
+    def on_step_end(self, tick):
+        if self.reads(tick):
+            _, picture = self.dumper.dump(tick.done, tick.stage.name)
+            self.runlog.image(tick.done, "samples", picture)
 
 
-class Checkpoints(Callback):
-    """Checkpoints at stage ends (`stage_end:<stage>`, and `final`), every `checkpoint.every`
-    steps (`periodic`), and after a signal (`interrupted`, then `Interrupted` is raised).
-    Never one with non-finite values (`GuardStop` instead). The index entry also keeps the
-    log interval's partial means, the `until` checks' state and the best evaluation so far.
-    The end of a stage with `restore: best` is left to `RestoreBest` (`defers`)."""
+class CheckpointWriter:
+    """Writes the run's checkpoints, for the callbacks that do (`Checkpoints`, the `best` tag
+    of `EvaluationCallback`, `RestoreBest`): tags at stage ends (`stage_end:<stage>`, and
+    `final`), every `checkpoint.every` steps (`periodic`) and after a signal (`interrupted`:
+    the step's `tick.stop` is then `Interrupted`). Never one with non-finite values
+    (`GuardStop` instead). The index entry also keeps the log interval's partial means, the
+    `until` checks' state and the best evaluation so far."""
 
-    def __init__(self, trainer, store, metrics, signals, run_dir, conditions, keeper=None):
-        self.trainer, self.store, self.metrics = trainer, store, metrics
-        self.signals, self.run_dir = signals, run_dir
-        self.conditions = conditions
-        self.keeper = keeper
+    def __init__(self, trainer, store, signals, run_dir, logs):
+        self.trainer, self.store, self.signals = trainer, store, signals
+        self.run_dir, self.logs = run_dir, logs
         self.every = trainer.config.checkpoint.every
-        self.interrupted = None  # the step whose checkpoint a signal asked for
 
     def tags(self, tick):
         if tick.stage_done:
@@ -362,12 +420,6 @@ class Checkpoints(Callback):
         until = tick.stage.until
         return bool(tick.stage_done and until is not None and until.restore)
 
-    def due(self, tick):
-        return bool(self.tags(tick)) and not self.defers(tick)
-
-    def reads(self, tick):
-        return bool(self.tags(tick))
-
     def save(self, tick, tags):
         """Write the checkpoint of this step with `tags` (or add them to the one written).
         The guard is read first: no checkpoint past a step the guard stops at."""
@@ -379,12 +431,15 @@ class Checkpoints(Callback):
                 f"[{tick.stage.name}] step {tick.done}: refusing to write a checkpoint with "
                 f"non-finite values in {', '.join(bad[:3])}{more}"
             )
-        extra = {"log_pending": self.metrics.meter.state(), "until": self.conditions.state()}
-        if self.keeper is not None:
-            extra["best"] = self.keeper.state()
+        logs = self.logs
+        extra = {"log_pending": logs.meter.state(), "until": logs.conditions.state()}
+        if logs.keeper is not None:
+            extra["best"] = logs.keeper.state()
         return self.store.save(tick.done, tags, extra)
 
-    def run(self, tick):
+    def write(self, tick):
+        """This step's checkpoint with its tags; after a signal, stop the run once the step's
+        other callbacks (its evaluation, the rollback) have run."""
         tags = self.tags(tick)
         path = self.save(tick, tags)
         if tick.stage_done:
@@ -398,39 +453,47 @@ class Checkpoints(Callback):
                 path,
                 self.run_dir,
             )
-            self.interrupted = tick.done
-
-    def raise_if_interrupted(self, tick):
-        """After the step's other callbacks (its evaluation, the rollback): stop, as the
-        signal asked, once its checkpoint is written."""
-        if self.interrupted == tick.done:
-            raise Interrupted(
+            tick.stop = Interrupted(
                 f"{self.signals.name} at step {tick.done}", 128 + self.signals.received
             )
+
+
+class Checkpoints(Callback):
+    """The checkpoints of `CheckpointWriter.tags`; the end of a stage with `restore: best`
+    is left to `RestoreBest` (`CheckpointWriter.defers`)."""
+
+    def __init__(self, writer):
+        self.writer = writer
+
+    def reads(self, tick):
+        return bool(self.writer.tags(tick))
+
+    def on_step_end(self, tick):
+        if self.reads(tick) and not self.writer.defers(tick):
+            self.writer.write(tick)
 
 
 class EvaluationCallback(Callback):
     """In-training evaluation (`eval.every` steps and stage ends, when `scheduled`, and the
     evaluations of `until` plateaus): numbers into metrics.jsonl and TensorBoard, and a log
     line. It runs after the step's checkpoint, so a stage's own end is a baseline it can
-    find."""
+    find; with `checkpoint.keep_best`, a better result tags that checkpoint `best`."""
 
-    def __init__(
-        self, evaluation, every, runlog, metrics, scheduled=True, keeper=None, checkpoints=None
-    ):
+    def __init__(self, evaluation, every, runlog, logs, scheduled=True, writer=None):
         self.evaluation, self.every = evaluation, every
-        self.runlog, self.metrics = runlog, metrics
-        self.scheduled = scheduled
-        self.keeper, self.checkpoints = keeper, checkpoints
+        self.runlog, self.logs = runlog, logs
+        self.scheduled, self.writer = scheduled, writer
 
-    def due(self, tick):
+    def reads(self, tick):
         if tick.evaluation is not None:
             return True
         return self.scheduled and (
             tick.stage_done or bool(self.every and tick.done % self.every == 0)
         )
 
-    def run(self, tick):
+    def on_step_end(self, tick):
+        if not self.reads(tick):
+            return
         result = tick.evaluation if tick.evaluation is not None else self.evaluation.run()
         values = {
             f"eval/{k}": v
@@ -442,25 +505,27 @@ class EvaluationCallback(Callback):
                 "step": tick.done,
                 "stage": tick.stage.name,
                 "stage_step": tick.position.stage_step + 1,
-                "time": round(time.perf_counter() - self.metrics.began, 3),
+                "time": round(time.perf_counter() - self.logs.began, 3),
                 **values,
             }
         )
         text = " ".join(f"{k[5:]}={v:.4g}" for k, v in values.items())
         log.info("[%s] eval at step %d: %s", tick.stage.name, tick.done, text)
-        if self.keeper is not None and self.keeper.consider(tick.done, result["metrics"]):
+        keeper = self.logs.keeper
+        if keeper is not None and keeper.consider(tick.done, result["metrics"]):
             # This step's checkpoint (written already, or written now) becomes the best. At a
             # stage end that waits for `RestoreBest`, this is that checkpoint (nothing to roll
             # back): written with its stage-end tags at once.
-            deferred = self.checkpoints.tags(tick) if self.checkpoints.defers(tick) else []
-            self.checkpoints.save(tick, ["best", *deferred])
-            self.checkpoints.store.move_tag("best", tick.done)
+            writer = self.writer
+            deferred = writer.tags(tick) if writer.defers(tick) else []
+            writer.save(tick, ["best", *deferred])
+            writer.store.move_tag("best", tick.done)
             log.info(
                 "[%s] checkpoint of step %d tagged best (%s=%.4g)",
                 tick.stage.name,
                 tick.done,
-                self.keeper.spec.metric,
-                self.keeper.value,
+                keeper.spec.metric,
+                keeper.value,
             )
 
 
@@ -530,14 +595,16 @@ class RestoreBest(Callback):
     position. Then the stage-end checkpoint is written (`Checkpoints.defers`), so a resume
     from it starts from the restored state."""
 
-    def __init__(self, trainer, checkpoints, keeper):
-        self.trainer, self.checkpoints, self.keeper = trainer, checkpoints, keeper
+    def __init__(self, trainer, writer, keeper):
+        self.trainer, self.writer, self.keeper = trainer, writer, keeper
 
-    def due(self, tick):
-        return self.checkpoints.defers(tick)
+    def reads(self, tick):
+        return self.writer.defers(tick)
 
-    def run(self, tick):
-        store, name = self.checkpoints.store, tick.stage.name
+    def on_step_end(self, tick):
+        if not self.reads(tick):
+            return
+        store, name = self.writer.store, tick.stage.name
         entry = store.tagged("best")
         if entry is None:
             log.warning(
@@ -557,7 +624,7 @@ class RestoreBest(Callback):
                 self.keeper.spec.metric,
                 self.keeper.value,
             )
-        self.checkpoints.run(tick)
+        self.writer.write(tick)
 
 
 def restore_trainer_state(trainer, store, entry, key):
@@ -589,10 +656,12 @@ class LossPlots(Callback):
     def __init__(self, schedule, runlog, run_dir):
         self.schedule, self.runlog, self.folder = schedule, runlog, run_dir / "plots"
 
-    def due(self, tick):
+    def reads(self, tick):
         return tick.stage_done
 
-    def run(self, tick):
+    def on_step_end(self, tick):
+        if not tick.stage_done:
+            return
         self.folder.mkdir(exist_ok=True)
         schedule = self.schedule
         plot_losses(

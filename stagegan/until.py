@@ -81,9 +81,10 @@ class Conditions:
         }
 
     def check(self, tick):
-        """After the step of `tick` (a `loop.Tick`): end its stage there when its condition
-        holds. Returns the reason (and updates the tick), or None. With a plateau, the
-        evaluation it ran is left in `tick.evaluation` for the loop to log."""
+        """After the step of `tick` (a `loop.Tick`): whether its stage's condition ends the
+        stage there. Returns the reason, or None; the loop ends the stage (`loop.end_stage`).
+        With a plateau, the evaluation it ran is left in `tick.evaluation` for the loop to
+        log."""
         until = tick.stage.until
         if until is None:
             return None
@@ -104,18 +105,6 @@ class Conditions:
                 reason = self._plateau(until, tick.evaluation["metrics"])
             if stage_steps < until.min_steps:
                 reason = None
-        if reason is not None:
-            self.schedule.end_stage(tick.position.stage_index, stage_steps)
-            tick.stage_done, tick.final = True, tick.done == self.schedule.total_steps
-            tick.ended = reason
-            log.info(
-                "[%s] stage ends at step %d, after %d of at most %d steps: %s",
-                tick.stage.name,
-                tick.done,
-                stage_steps,
-                tick.stage.steps,
-                reason,
-            )
         return reason
 
     def _threshold(self, until):

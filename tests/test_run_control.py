@@ -21,7 +21,7 @@ from toytask import G_UPDATE, finished_run, read_checkpoint, two_stage_config
 
 import stagegan
 from stagegan.config import parse_config
-from stagegan.loop import make_tick
+from stagegan.loop import end_stage, make_tick
 from stagegan.losses import AccuracyMonitor, discriminator_accuracy
 from stagegan.schedule import Schedule
 from stagegan.steps import StepOutput
@@ -271,7 +271,9 @@ def test_plateau_counts_checks_without_improvement_by_hand():
     ended = None
     for position in schedule.positions(0):
         tick = make_tick(schedule, position)
-        if conditions.check(tick):
+        reason = conditions.check(tick)
+        if reason:
+            end_stage(schedule, tick, reason)
             ended = position.global_step + 1
             break
     assert ended == 12 and schedule.ends == {0: 12} and schedule.total_steps == 15
@@ -298,6 +300,7 @@ def test_threshold_skips_steps_where_its_update_did_not_run():
         tick = make_tick(schedule, position)
         tick.output = StepOutput({"discriminator/d_loss": value}, {}, {})
         reason = conditions.check(tick)
+    end_stage(schedule, tick, reason)
     assert reason == "until discriminator/d_loss < 0.31: mean 0.3 over 2 steps"
     assert tick.stage_done and not tick.final and schedule.total_steps == 7
 
