@@ -71,15 +71,17 @@ def train(
             written), or a file that cannot be written.
         stagegan.RunStopped: the NaN guard or a signal stopped the run.
     """
-    from stagegan import runner  # TensorFlow: imported on first use
+    from stagegan.trainplan import TrainPlan
 
     _check_type(run_dir, (str, os.PathLike, type(None)), "run_dir", "a folder path or None")
     _check_type(quiet, bool, "quiet", "True or False")
     init = _init(init_from, init_checkpoint, init_only)
     extra = [("init", init)] if init is not None else []
-    resolved = load(config, [*_overrides(overrides), *extra])
+    plan = TrainPlan.new(load(config, [*_overrides(overrides), *extra]), run_dir, chief=True)
+    from stagegan import runner  # TensorFlow: imported on first use
+
     with _logging(quiet):
-        return Run(runner.start(resolved, run_dir), quiet=quiet)
+        return Run(runner.run(plan), quiet=quiet)
 
 
 def _init(init_from, checkpoint, only):
@@ -216,13 +218,16 @@ class Run:
     def resume(self, overrides=(), checkpoint=None, quiet=None):
         """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may
         extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""
-        from stagegan import runner
+        from stagegan.trainplan import TrainPlan
 
         overrides = _overrides(overrides)
         _check_checkpoint(checkpoint)
         _check_type(quiet, (bool, type(None)), "quiet", "True, False or None")
         with _logging(self.quiet if quiet is None else quiet):
-            runner.resume(self.path, overrides, checkpoint)
+            plan = TrainPlan.resumed(self.path, overrides, checkpoint)
+            from stagegan import runner  # TensorFlow: imported on first use
+
+            runner.run(plan)
         return self
 
 

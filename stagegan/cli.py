@@ -231,24 +231,18 @@ def load(args):
 
 
 def cmd_train(args):
-    from stagegan.cluster import is_chief
-    from stagegan.rundirs import check_new_run_dir
-    from stagegan.runs import resolve_init
+    from stagegan.trainplan import TrainPlan
 
     if args.resume is not None:
         return resume_train(args)
     if args.checkpoint is not None:
         raise ConfigError("--checkpoint", "only with --resume RUN")
     args.set = [*args.set, *init_overrides(args)]
-    config = load(args)
-    resolve_init(config)  # refusals come before the slow TensorFlow import
-    chief = is_chief(config, args.run_dir)
-    if args.run_dir and chief:
-        check_new_run_dir(args.run_dir)
+    plan = TrainPlan.new(load(args), args.run_dir)  # refusals before the slow TF import
     import_tensorflow()
     from stagegan import runner
 
-    runner.start(config, args.run_dir, chief)
+    runner.run(plan)
     return 0
 
 
@@ -268,7 +262,7 @@ def init_overrides(args):
 
 def resume_train(args):
     """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.resume)."""
-    from stagegan.resume import plan_resume
+    from stagegan.trainplan import TrainPlan
 
     for flag, value in (
         ("--config", args.config),
@@ -277,16 +271,16 @@ def resume_train(args):
     ):
         if value is not None:
             raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
-    plan = plan_resume(args.resume, args.set, args.checkpoint)  # before the slow import
-    if plan.step >= plan.total_steps:
+    plan = TrainPlan.resumed(args.resume, args.set, args.checkpoint)  # before the slow import
+    if plan.finished:
         logging.getLogger("stagegan").info(
-            "%s already finished at step %d; nothing to do", plan.run_dir, plan.step
+            "%s already finished at step %d; nothing to do", plan.run_dir, plan.resume.step
         )
         return 0
     import_tensorflow()
     from stagegan import runner
 
-    runner.resume(args.resume, args.set, args.checkpoint)
+    runner.run(plan)
     return 0
 
 

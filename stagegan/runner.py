@@ -14,42 +14,43 @@ from pathlib import Path
 
 import numpy as np
 
-from stagegan.cluster import is_chief
 from stagegan.loop import check_evaluation, train
 from stagegan.planning import describe_plan
-from stagegan.resume import commit, plan_resume, restore
-from stagegan.rundirs import atomic_write, check_new_run_dir, create_run_dir, lock_run_dir
-from stagegan.runs import evaluate_run, resolve_init, restore_run, sample_arrays
+from stagegan.resume import commit, restore
+from stagegan.rundirs import atomic_write, create_run_dir, lock_run_dir
+from stagegan.runs import evaluate_run, restore_run, sample_arrays
 from stagegan.training import Trainer
-from stagegan.until import never_checked
 from stagegan.warmstart import warm_start
 
 log = logging.getLogger("stagegan")
 
 
-def start(config, run_dir=None, chief=True):
-    """Train a new run of `config` (a `RunConfig`) to its end; returns its folder.
+def run(plan):
+    """Train as the `TrainPlan` `plan` says (checked already: nothing is checked again);
+    returns the run folder."""
+    if plan.resume is not None:
+        return _resume(plan)
+    return _start(plan)
 
-    Everything that can be checked is checked before the folder exists (the warm start's
-    checkpoint, the evaluation's needs, tracing every stage). A non-chief multi-worker
-    worker (`chief` False) trains into a temporary folder (`worker`).
-    """
-    config, init_prefix = resolve_init(config)
-    for warning in filter(None, map(never_checked, config.stages if chief else ())):
+
+def _start(plan):
+    """A new run, trained to its end. What needs the networks is checked before the folder
+    exists (the warm start's variables, the evaluation's needs, tracing every stage). A
+    non-chief multi-worker worker trains into a temporary folder (`worker`)."""
+    config, chief = plan.config, plan.chief
+    for warning in plan.warnings():
         log.warning("warning: %s", warning)
-    if run_dir and chief:
-        check_new_run_dir(run_dir)
     trainer = Trainer(config)
     if chief:
         announce(trainer.placement)
-    if init_prefix is not None:
-        warm_start(trainer, init_prefix)
+    if plan.init_prefix is not None:
+        warm_start(trainer, plan.init_prefix)
     if chief:
         check_evaluation(trainer)  # before the run folder exists, and the slow trace
     trainer.trace()
     if not chief:
-        return worker(trainer, run_dir)
-    run_dir = create_run_dir(run_dir, name=config.name)
+        return worker(trainer, plan.run_dir)
+    run_dir = create_run_dir(plan.run_dir, name=config.name)
     lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
     atomic_write(run_dir / "config.yaml", config.to_yaml())
     log.info("run folder: %s", run_dir)
@@ -57,31 +58,27 @@ def start(config, run_dir=None, chief=True):
     return run_dir
 
 
-def resume(run_dir, overrides=(), checkpoint=None, chief=None):
-    """Go on with the run in `run_dir` from `checkpoint` (default: the newest), with the
-    `--set` changes `overrides` (see `stagegan.resume`); returns the folder. `chief`: None
-    asks the cluster (a multi_worker run), else whether this process writes the folder."""
-    plan = plan_resume(run_dir, overrides, checkpoint)
-    if plan.step >= plan.total_steps:
-        log.info("%s already finished at step %d; nothing to do", plan.run_dir, plan.step)
-        return plan.run_dir
+def _resume(plan):
+    """Go on with a run from its resume plan's checkpoint, with the accepted changes."""
+    resume = plan.resume
+    if plan.finished:
+        log.info("%s already finished at step %d; nothing to do", resume.run_dir, resume.step)
+        return resume.run_dir
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
-    if chief is None:
-        chief = is_chief(plan.config, plan.run_dir)
-    trainer = Trainer(plan.config, plan.ends, plan.until)
-    if chief:
+    trainer = Trainer(resume.config, resume.ends, resume.until)
+    if plan.chief:
         announce(trainer.placement)
-    trainer.trace(from_step=plan.step)
-    restore(trainer, plan)
-    if chief:
+    trainer.trace(from_step=resume.step)
+    restore(trainer, resume)
+    if plan.chief:
         check_evaluation(trainer)  # before the resume changes anything
-    if not chief:
-        return worker(trainer, plan.run_dir)
-    lock = lock_run_dir(Path(run_dir), "--resume")  # noqa: F841 - held while training
-    commit(plan, log)
-    train(trainer, plan.run_dir)
-    return plan.run_dir
+    if not plan.chief:
+        return worker(trainer, resume.run_dir)
+    lock = lock_run_dir(Path(resume.run_dir), "--resume")  # noqa: F841 - held while training
+    commit(resume, log)
+    train(trainer, resume.run_dir)
+    return resume.run_dir
 
 
 def announce(placement):

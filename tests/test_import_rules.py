@@ -26,12 +26,14 @@ LAYERS = {
     "tasks": {"tasks", "tasks.base", "tasks.completion", "tasks.mog2d", "tasks.unconditional"},
     "evaluation": {"evaluation"},
     "training": {"training", "loop"},
-    "run": {"runner", "runs", "resume", "warmstart", "planning"},  # start, resume, warm start
+    "run": {"runner", "runs", "resume", "warmstart", "planning", "trainplan"},  # runs
     "doors": {"cli", "api", "__main__", "launch", "__init__"},
 }  # fmt: skip
 RANK = {module: i for i, modules in enumerate(LAYERS.values()) for module in modules}
 NAMES = list(LAYERS)
-TF_FREE = sorted(LAYERS["surface"] | {"resume", "runs", "cli", "launch", "api", "__main__"})
+TF_FREE = sorted(
+    LAYERS["surface"] | {"resume", "runs", "trainplan", "cli", "launch", "api", "__main__"}
+)
 
 
 def modules():

@@ -20,6 +20,7 @@ from stagegan.optimizers import describe, make_optimizer
 from stagegan.planning import describe_plan
 from stagegan.staging import to_replica_floats
 from stagegan.training import Trainer
+from stagegan.trainplan import TrainPlan
 
 RNG = np.random.default_rng(0)
 
@@ -171,7 +172,7 @@ def test_resumed_run_ends_bit_identical_with_its_averages(tmp_path):
     straight = finished_run(tmp_path / "straight", mog_raw())
     resumed = tmp_path / "resumed"
     shutil.copytree(straight, resumed)
-    runner.resume(resumed, checkpoint="3")  # from the middle: steps 4 to 6 again
+    runner.run(TrainPlan.resumed(resumed, checkpoint="3"))  # from the middle: steps 4 to 6 again
     end = "checkpoints/ckpt-00000006"
     expected = read_checkpoint(straight / end, skip="data_iterator")
     got = read_checkpoint(resumed / end, skip="data_iterator")
@@ -194,7 +195,7 @@ def test_a_resume_may_append_the_first_stage_with_lecam(tmp_path):
         "stages[+]={name: lecam, steps: 2, updates: [{train: discriminator/*, "
         "loss: {d_loss: 1, lecam: 1}, optimizer: d}]}"
     )
-    runner.resume(run, [stage])
+    runner.run(TrainPlan.resumed(run, [stage]))
     last = read_checkpoint(run / "checkpoints/ckpt-00000003")
     assert last[variable_key("lecam_count")] == 2  # fresh averages, moved by the new stage
 
