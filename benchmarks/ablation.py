@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 from common import stagegan
 
-from stagegan.evaluation import format_value  # "n/a" for None: undefined for that run
+from stagegan.evaluation.evaluate import format_value  # "n/a" for None: undefined for that run
 
 
 def ablated(raw, task_class):
@@ -108,7 +108,7 @@ def main():
     parser.add_argument("--json", help="also write both rows to this JSON file")
     args = parser.parse_args()
 
-    from stagegan.config import load_config
+    from stagegan.config.schema import load_config
     from stagegan.errors import ConfigError
     from stagegan.tasks import BUILTIN, load_object
 

@@ -30,7 +30,7 @@ def setup_devices(cpus):
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         return "GPU", len(gpus)
-    from stagegan.placement import split_cpu
+    from stagegan.core.placement import split_cpu
 
     split_cpu(cpus)
     return "CPU", cpus
@@ -84,7 +84,7 @@ def interleaved_medians(runs, steps, rounds):
 
 def stage_runner(trainer, index=0):
     """A call running stage `index`'s step once (the stage's own step counter stays at 0)."""
-    from stagegan.schedule import Position
+    from stagegan.core.schedule import Position
 
     position = Position(index, index, 0)
     return lambda: trainer.step(position)

@@ -64,8 +64,8 @@ def first_step(folder, run_dir):
 
 def data_share(folder, steps, rounds):
     """The share of a DCGAN 64 px step (batch 64) spent waiting for the folder's data."""
-    from stagegan.config import parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.trainer import Trainer
 
     data = {"source": "folder", "path": str(folder), "size": 64}
     devices = {"towers": ["/CPU:0"], "variables": "/CPU:0"}
@@ -89,7 +89,7 @@ def main():
     setup_devices(1)
     import tensorflow as tf
 
-    from stagegan.data import draw_shapes
+    from stagegan.data.sources import draw_shapes
 
     pngs = [tf.io.encode_png(image).numpy() for image in draw_shapes(DISTINCT, 64, seed=1)]
     rows = []

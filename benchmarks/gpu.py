@@ -18,7 +18,7 @@ together), batch `--batch` per GPU. It measures, as medians of interleaved round
 2. Data wait: the `auto` step against the same step with a constant real batch, for the
    in-memory set and for a streamed folder of 64 px PNGs (tf.data on the host CPU); and the
    same step with its batches drawn in the step instead of staged a step ahead
-   (`stagegan.staging`), to say what the staging buffer saves.
+   (`stagegan.core.staging`), to say what the staging buffer saves.
 3. Scaling over the visible GPUs, `--batch` per GPU (weak scaling): `towers` and `mirrored`
    on 1, 2, 4, 8 GPUs (as many as there are); efficiency = images/s at N / (N x at 1).
 4. `launch --workers 2 --gpus-per-worker 1` (needs 2 GPUs) against one `train` process on one
@@ -43,7 +43,7 @@ from pathlib import Path
 from common import ROOT, dcgan_config, interleaved_medians, stage_runner
 
 sys.path.insert(0, str(ROOT))
-from stagegan.launch import host_gpus  # noqa: E402 - no TensorFlow import
+from stagegan.cli.launch import host_gpus  # noqa: E402 - no TensorFlow import
 
 SIZE = 64
 KIND = "GPU"  # "CPU" under --cpu-stand-in
@@ -63,8 +63,8 @@ def data(count=1024, **changes):
 
 
 def trainer_of(devices, batch, width, data_options=None):
-    from stagegan.config import parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.trainer import Trainer
 
     raw = dcgan_config(devices, batch, width, kinds=["joint"], data=data_options or data())
     return Trainer(parse_config(raw))
@@ -104,7 +104,7 @@ def measure_data_wait(args, folder):
     import tensorflow as tf
     from input_pipeline import constant_data
 
-    from stagegan.data import draw_shapes
+    from stagegan.data.sources import draw_shapes
 
     images = draw_shapes(1024, SIZE, seed=1)
     (folder / "png").mkdir()

@@ -28,9 +28,9 @@ def main():
 
     import tensorflow as tf
 
-    from stagegan.config import load_config
-    from stagegan.schedule import Position
-    from stagegan.training import Trainer
+    from stagegan.config.schema import load_config
+    from stagegan.core.schedule import Position
+    from stagegan.training.trainer import Trainer
 
     trainers = {}
     for policy in ("skip", "off"):

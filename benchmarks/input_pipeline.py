@@ -26,7 +26,7 @@ def write_sources(folder, count):
     import numpy as np
     import tensorflow as tf
 
-    from stagegan.data import draw_shapes
+    from stagegan.data.sources import draw_shapes
 
     images = draw_shapes(count, 32, seed=1)
     np.savez(folder / "images.npz", images=images)
@@ -73,8 +73,8 @@ def main():
     kind, _ = setup_devices(1)
     import tensorflow as tf
 
-    from stagegan.config import load_config, parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import load_config, parse_config
+    from stagegan.training.trainer import Trainer
 
     device = "/GPU:0" if kind == "GPU" else "/CPU:0"
     devices = {"towers": [device], "variables": "/CPU:0"}

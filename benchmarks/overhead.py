@@ -107,9 +107,9 @@ def main():
 
     import tensorflow as tf
 
-    from stagegan.config import parse_config
-    from stagegan.schedule import Position
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.core.schedule import Position
+    from stagegan.training.trainer import Trainer
 
     device = "/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0"
     devices = {"towers": [device], "variables": device}

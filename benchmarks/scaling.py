@@ -28,8 +28,8 @@ def main():
     kind, available = setup_devices(4)
     counts = [n for n in args.counts if n <= available]
 
-    from stagegan.config import parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.trainer import Trainer
 
     batches = 2 if args.kind == "alternating" else 1
     runs = {}

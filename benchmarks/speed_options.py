@@ -30,8 +30,8 @@ def main():
     args = parser.parse_args()
     kind, _ = setup_devices(1)
 
-    from stagegan.config import parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.trainer import Trainer
 
     device = "/GPU:0" if kind == "GPU" else "/CPU:0"
     runs = {}

@@ -29,8 +29,8 @@ def main():
     args = parser.parse_args()
     kind, available = setup_devices(max(args.counts))
 
-    from stagegan.config import parse_config
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.trainer import Trainer
 
     batches = 2 if args.kind == "alternating" else 1
     print(f"{kind}, DCGAN 32x32 width {args.width}, stage {args.kind}, global batch "

@@ -22,7 +22,7 @@ import math
 import keras
 import tensorflow as tf
 
-from stagegan import losses
+from stagegan.core import losses
 from stagegan.errors import ConfigError
 from stagegan.tasks.base import Task
 

@@ -2,7 +2,7 @@
 
 A stage scheduler drives generator-only, discriminator-only and joint phases, each update with
 its own optimizer and scope-filtered variables, averaging tower gradients (None dropped) on the
-variable device. Importing `stagegan` does not import TensorFlow; `stagegan.training` does.
+variable device. Importing `stagegan` does not import TensorFlow; `stagegan.training.trainer` does.
 
 The Python API (`stagegan.api`):
 

@@ -4,7 +4,7 @@ import sys
 
 
 def main(argv=None):
-    from stagegan.cli import main as cli_main
+    from stagegan.cli.main import main as cli_main
 
     return cli_main(argv)
 

@@ -31,7 +31,8 @@ import os
 import sys
 from pathlib import Path
 
-from stagegan.config import (
+from stagegan.config.objects import register_objects
+from stagegan.config.schema import (
     RunConfig,
     apply_overrides,
     check_nesting,
@@ -41,9 +42,8 @@ from stagegan.config import (
     read_yaml,
 )
 from stagegan.errors import ConfigError
-from stagegan.logs import read_metrics
-from stagegan.runs import checkpoint_entries, run_config
-from stagegan.tasks import register_objects
+from stagegan.run.reading import checkpoint_entries, run_config
+from stagegan.runfolder.logs import read_metrics
 
 log = logging.getLogger("stagegan")
 
@@ -71,14 +71,14 @@ def train(
             written), or a file that cannot be written.
         stagegan.RunStopped: the NaN guard or a signal stopped the run.
     """
-    from stagegan.trainplan import TrainPlan
+    from stagegan.run.trainplan import TrainPlan
 
     _check_type(run_dir, (str, os.PathLike, type(None)), "run_dir", "a folder path or None")
     _check_type(quiet, bool, "quiet", "True or False")
     init = _init(init_from, init_checkpoint, init_only)
     extra = [("init", init)] if init is not None else []
     plan = TrainPlan.new(load(config, [*_overrides(overrides), *extra]), run_dir, chief=True)
-    from stagegan import runner  # TensorFlow: imported on first use
+    from stagegan.run import runner  # TensorFlow: imported on first use
 
     with _logging(quiet):
         return Run(runner.run(plan), quiet=quiet)
@@ -112,7 +112,7 @@ def load_run(path):
 def plan(config=None, overrides=()):
     """What `stagegan plan` prints: every stage, update, variable count, dropped gradient;
     with a warning line under a stage whose `until` can never be checked."""
-    from stagegan import runner
+    from stagegan.run import runner
 
     return runner.describe(load(config, overrides))
 
@@ -182,7 +182,7 @@ class Run:
         """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
         writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time; a
         class-conditional run's all of class `class_name` (a name or an index) if given."""
-        from stagegan import runner
+        from stagegan.run import runner
 
         _at_least(n, 1, "n")
         check_seed(seed, "seed")
@@ -197,7 +197,7 @@ class Run:
         self, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
     ):
         """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`)."""
-        from stagegan import runner
+        from stagegan.run import runner
 
         _at_least(count, 4, "count")
         if seed is not None:
@@ -211,21 +211,21 @@ class Run:
 
     def plan(self):
         """The plan of the run's config (as `stagegan plan` prints it)."""
-        from stagegan import runner
+        from stagegan.run import runner
 
         return runner.describe(self.config)
 
     def resume(self, overrides=(), checkpoint=None, quiet=None):
         """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may
         extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""
-        from stagegan.trainplan import TrainPlan
+        from stagegan.run.trainplan import TrainPlan
 
         overrides = _overrides(overrides)
         _check_checkpoint(checkpoint)
         _check_type(quiet, (bool, type(None)), "quiet", "True, False or None")
         with _logging(self.quiet if quiet is None else quiet):
             plan = TrainPlan.resumed(self.path, overrides, checkpoint)
-            from stagegan import runner  # TensorFlow: imported on first use
+            from stagegan.run import runner  # TensorFlow: imported on first use
 
             runner.run(plan)
         return self

@@ -50,7 +50,7 @@ def inprocess(*args):
     import io
     import types
 
-    from stagegan import cli
+    from stagegan.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

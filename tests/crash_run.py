@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 
-from stagegan import cli, training
-from stagegan.checkpoints import CheckpointStore
+from stagegan.cli import main as cli
+from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.training import trainer as training
 
 
 def kill(signum=signal.SIGKILL):

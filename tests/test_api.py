@@ -17,7 +17,7 @@ from toytask import read_checkpoint
 
 import stagegan
 from stagegan import errors
-from stagegan.config import load_config
+from stagegan.config.schema import load_config
 
 # One stage of 6 steps (each stage traced costs seconds), checkpoints at 2, 4 and 6.
 OVERRIDES = [*TINY[1::2], "stages=alternating", "stages[0].steps=6", "samples=null", "eval=null"]

@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 from toytask import run_steps
 
-from stagegan import augment
-from stagegan.config import AUGMENT_OPS, AugmentConfig, parse_config
+from stagegan.config.schema import AUGMENT_OPS, AugmentConfig, parse_config
+from stagegan.core import augment
+from stagegan.core.layers import pack, unpack
 from stagegan.errors import ConfigError
-from stagegan.layers import pack, unpack
-from stagegan.planning import describe_plan
-from stagegan.training import Trainer
+from stagegan.run.planning import describe_plan
+from stagegan.training.trainer import Trainer
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.uniform(-1, 1, (5, 8, 8, 3)).astype(np.float32)

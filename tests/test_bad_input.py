@@ -2,7 +2,7 @@
 names the key or file at fault, no traceback, and no file of an existing run folder changed
 (nor a new run folder created).
 
-The cases run through `stagegan.cli.main` in this process, with stderr captured at the file
+The cases run through `stagegan.cli.main.main` in this process, with stderr captured at the file
 descriptor, so that each costs a model build rather than a TensorFlow import; the real
 `python -m stagegan` subprocess path is covered by test_cli.py.
 """
@@ -18,10 +18,10 @@ import tensorflow as tf
 import yaml
 from toytask import two_stage_config
 
-from stagegan import cli
-from stagegan.config import REQUIRED_TOP_LEVEL, TOP_LEVEL_DEFAULTS, parse_config
-from stagegan.loop import train
-from stagegan.training import Trainer
+from stagegan.cli import main as cli
+from stagegan.config.schema import REQUIRED_TOP_LEVEL, TOP_LEVEL_DEFAULTS, parse_config
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 TOY = two_stage_config(
     "toy",
@@ -530,7 +530,7 @@ CASES = {
         ["--resume", "index.json is unreadable"],
     ),
     # Hardening round 3: run folders. Every door reads a run folder through one reader
-    # (stagegan.runs.pick_checkpoint): the same index check, the same file check.
+    # (stagegan.run.reading.pick_checkpoint): the same index check, the same file check.
     "init-from a checkpoint with a bad checksum": (
         [*TRAIN, *toy(), "--init-from", "{root}/scrambled"],
         ["init.run: cannot read", "ckpt-00000004"],

@@ -78,7 +78,7 @@ def test_existing_run_folder_is_never_overwritten(run):
 
 
 def test_runs_are_numbered_under_runs(tmp_path, monkeypatch):
-    from stagegan import cli
+    from stagegan.cli import main as cli
 
     monkeypatch.chdir(tmp_path)
     one_step = toy_config([{"name": "d", "steps": 1, "updates": [D]}], "tiny-run")
@@ -157,7 +157,7 @@ def test_installed_package_finds_its_stages_and_configs(tmp_path):
     # A preset and a built-in schedule, resolved by the installed copy (what `plan` and
     # `train` read first; building networks needs nothing from the wheel beyond its code).
     script = (
-        "import stagegan; from stagegan.config import load_config; "
+        "import stagegan; from stagegan.config.schema import load_config; "
         "config = load_config('completion_quick', ['stages=glcic']); "
         "print(stagegan.__file__); print(config.stages[2].name, config.stages[2].steps)"
     )

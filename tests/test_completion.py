@@ -5,11 +5,11 @@ import pytest
 import tensorflow as tf
 from toytask import run_steps, snapshot
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
+from stagegan.core.staging import to_replica_floats
 from stagegan.errors import ConfigError
-from stagegan.staging import to_replica_floats
 from stagegan.tasks.completion import crop_around, draw_holes, feathered
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 OPTIONS = {"hole_min": 0.25, "hole_max": 0.5, "strokes": 0}
 
@@ -199,7 +199,7 @@ def test_the_joint_stage_compiles_with_xla_and_mixed_precision():
 
 def test_evaluation_of_a_small_source_uses_all_its_images_and_refuses_more(tmp_path):
     from stagegan.errors import ConfigError
-    from stagegan.evaluation import Evaluation
+    from stagegan.evaluation.evaluate import Evaluation
 
     images = np.random.default_rng(0).integers(0, 256, (20, 16, 16, 3), dtype=np.uint8)
     np.savez(tmp_path / "small.npz", images=images)

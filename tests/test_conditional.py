@@ -13,12 +13,12 @@ import tensorflow as tf
 from clihelp import inprocess
 from toytask import run_steps
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
+from stagegan.core.layers import pack
 from stagegan.errors import ConfigError
-from stagegan.layers import pack
-from stagegan.planning import describe_plan
+from stagegan.run.planning import describe_plan
 from stagegan.tasks.base import make_generator
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 SEED, BATCH, PACK, LR, LATENT = 5, 8, 2, 0.05, 3
 LABELS = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])  # shares 1/2, 1/4, 1/4
@@ -199,7 +199,7 @@ def folder_run(tmp_path_factory):
 
 
 def test_sample_one_class_matches_the_generator_by_hand(folder_run, tmp_path):
-    from stagegan.runs import restore_run
+    from stagegan.run.reading import restore_run
 
     result = inprocess("sample", "--run", folder_run, "--num", "5", "--class", "mid",
                        "--output", tmp_path / "mid.npy")  # fmt: skip
@@ -224,7 +224,7 @@ def test_sample_grid_has_one_class_per_row(folder_run):
     from PIL import Image
 
     picture = np.asarray(Image.open(folder_run / "samples" / "step00000003-polish.png"))
-    from stagegan.pictures import image_grid
+    from stagegan.runfolder.pictures import image_grid
 
     # 7 samples of 3 classes: 3 columns, 3 rows (the same layout as a 3-column grid of 7)
     grid = image_grid(np.zeros((7, 32, 32, 1), np.float32), columns=3)
@@ -237,9 +237,9 @@ def test_sample_grid_has_one_class_per_row(folder_run):
 
 
 def test_eval_reports_fid_and_kid_per_class(folder_run):
-    from stagegan import metrics
-    from stagegan.evaluation import Evaluation
-    from stagegan.runs import restore_run
+    from stagegan.evaluation import metrics
+    from stagegan.evaluation.evaluate import Evaluation
+    from stagegan.run.reading import restore_run
 
     result = inprocess("eval", "--run", folder_run, "--json", "--count", "24")
     assert result.returncode == 0, result.stderr

@@ -6,7 +6,13 @@ import pytest
 import yaml
 
 import stagegan
-from stagegan.config import apply_overrides, load_config, parse_config, parse_key_path, yaml_load
+from stagegan.config.schema import (
+    apply_overrides,
+    load_config,
+    parse_config,
+    parse_key_path,
+    yaml_load,
+)
 from stagegan.errors import ConfigError
 
 

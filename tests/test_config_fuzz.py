@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stagegan
-from stagegan.config import (
+from stagegan.config.schema import (
     AUGMENT_DEFAULTS,
     AUGMENT_OPS,
     EMA_DEFAULTS,

@@ -3,9 +3,9 @@
 import pytest
 from toytask import run_steps
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 
 def trainer(**model):

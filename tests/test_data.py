@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan import data
+from stagegan.data import sources as data
 from stagegan.errors import ConfigError
 
 
@@ -159,7 +159,8 @@ def test_check_options():
 SPECIAL_FILES = """
 import json, os, sys
 import numpy as np
-from stagegan import data, prepare
+from stagegan.data import sources as data
+from stagegan.data import prepare
 
 folder, out = sys.argv[1], sys.argv[2]
 opts = {**data.DEFAULTS, "source": "folder", "path": folder, "size": 8}
@@ -221,7 +222,7 @@ def test_names_that_are_not_utf8_train_and_print(tmp_path, caplog):
 
     import yaml
 
-    from stagegan import prepare as preparing
+    from stagegan.data import prepare as preparing
 
     folder = tmp_path / "images"
     root = os.fsencode(folder)
@@ -277,8 +278,8 @@ def test_a_class_without_a_readable_image_is_refused(tmp_path):
 
 
 def test_sizes_that_cannot_fit_are_refused_before_anything_allocates(monkeypatch):
-    from stagegan import memory
-    from stagegan import prepare as preparing
+    from stagegan.config import memory
+    from stagegan.data import prepare as preparing
 
     monkeypatch.setattr(memory, "physical_memory", lambda: 16 * 10**9)
     cases = [

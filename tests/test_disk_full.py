@@ -16,12 +16,12 @@ import pytest
 import tensorflow as tf
 from toytask import two_stage_config
 
-from stagegan.checkpoints import CheckpointStore
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import WriteError
-from stagegan.loop import train
-from stagegan.resume import commit, plan_resume, restore
-from stagegan.training import Trainer
+from stagegan.run.resume import commit, plan_resume, restore
+from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 RAW = two_stage_config("full", 5, 3, 3, deterministic=True, samples={"every": 2})
 FULL = "No space left on device"

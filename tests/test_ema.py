@@ -7,9 +7,9 @@ import tensorflow as tf
 from test_training import ALL_KINDS, config
 from toytask import read_checkpoint
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 DECAY, START = 0.8, 3
 

@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 from toytask import run_steps
 
-from stagegan.config import parse_config
-from stagegan.staging import to_replica_floats
+from stagegan.config.schema import parse_config
+from stagegan.core.staging import to_replica_floats
 from stagegan.tasks.completion import Completion, feature_extractor, feature_matching
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 
 def test_feature_matching_sums_the_mean_absolute_difference_of_each_layer():

@@ -15,16 +15,16 @@ import tensorflow as tf
 from test_training import ALL_KINDS, config, run_all
 from toytask import snapshot
 
-from stagegan import cli
-from stagegan.config import DEVICES_DEFAULTS, DevicesConfig, load_config
+from stagegan.cli import main as cli
+from stagegan.cli.launch import assign_gpus, host_gpus, worker_env
+from stagegan.config.resources import builtin_names
+from stagegan.config.schema import DEVICES_DEFAULTS, DevicesConfig, load_config
+from stagegan.core.placement import Layout, choose_layout, gpu_warning, resolve_placement
+from stagegan.core.precision import loss_scaled, policy_of
 from stagegan.errors import ConfigError
-from stagegan.launch import assign_gpus, host_gpus, worker_env
-from stagegan.placement import Layout, choose_layout, gpu_warning, resolve_placement
-from stagegan.planning import describe_plan
-from stagegan.precision import loss_scaled, policy_of
-from stagegan.resources import builtin_names
-from stagegan.runner import announce
-from stagegan.training import Trainer
+from stagegan.run.planning import describe_plan
+from stagegan.run.runner import announce
+from stagegan.training.trainer import Trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU = Layout(("/CPU:0",), "/CPU:0", "towers")  # the layout stagegan always had

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from toytask import D_UPDATE, G_UPDATE, two_stage_config
 
-from stagegan import cli
-from stagegan.checkpoints import CheckpointStore
-from stagegan.config import parse_config
+from stagegan.cli import main as cli
+from stagegan.config.schema import parse_config
 from stagegan.errors import GuardStop
-from stagegan.loop import train
-from stagegan.training import Trainer
+from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 # 4 towers of 2 rows: row 5 lies in tower 2. Real-batch draws: alternating step k draws 2k (D)
 # and 2k+1 (G); joint step j draws 8 + j.

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from toytask import two_stage_config
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
+from stagegan.core.guard import GuardResult
+from stagegan.core.steps import StageStep, StepOutput
 from stagegan.errors import GuardStop
-from stagegan.guard import GuardResult
-from stagegan.loop import train
-from stagegan.steps import StageStep, StepOutput
-from stagegan.training import Trainer
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 
 class Reads:

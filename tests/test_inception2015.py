@@ -17,8 +17,9 @@ import pytest
 import tensorflow as tf
 from clihelp import assert_user_error, stagegan
 
-from stagegan import evaluation, metrics
 from stagegan.errors import ConfigError
+from stagegan.evaluation import evaluate as evaluation
+from stagegan.evaluation import metrics
 
 SIDE = 4  # the graph resizes to SIDE x SIDE (299 in the real one)
 # The batch normalisation's constants, per channel: (y - MEAN) * rsqrt(VARIANCE + EPSILON) *
@@ -89,7 +90,7 @@ def test_images_in_minus_one_to_one_become_the_uint8_levels_stylegan2_ada_feeds(
         np.testing.assert_array_equal(
             pixels[0, ..., channel].ravel(), [0, 64, 128, 191, 255, 0, 255, 255]
         )
-    # Real images, read as u / 127.5 - 1 (stagegan.data), come back to their bytes.
+    # Real images, read as u / 127.5 - 1 (stagegan.data.sources), come back to their bytes.
     levels = np.arange(256, dtype=np.uint8)
     scaled = tf.cast(levels, tf.float32).numpy() / 127.5 - 1.0
     np.testing.assert_array_equal(

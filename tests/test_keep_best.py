@@ -16,7 +16,7 @@ import pytest
 from clihelp import assert_user_error, inprocess
 from toytask import EVAL_Z, G_UPDATE, finished_run, read_checkpoint, two_stage_config
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
 
 EVERY = 2  # evaluations (and the reference run's checkpoints) every 2 steps
@@ -116,8 +116,8 @@ def test_the_next_stage_starts_from_the_best_weights_and_optimizer_state(runs):
 
 
 def test_a_run_stopped_after_the_rollback_resumes_bit_identical(runs, tmp_path):
-    from stagegan.loop import train
-    from stagegan.training import Trainer
+    from stagegan.training.loop import train
+    from stagegan.training.trainer import Trainer
 
     _, rollback = runs
     end = stage_end(rollback, "joint")["step"]
@@ -152,7 +152,7 @@ def test_sample_and_eval_take_checkpoint_best(runs, tmp_path):
 
 
 def test_plan_shows_keep_best_and_the_rollback():
-    from stagegan.planning import describe_checkpoints
+    from stagegan.run.planning import describe_checkpoints
 
     config = parse_config(rollback_config())
     assert describe_checkpoints(config) == [
@@ -223,7 +223,7 @@ def test_keep_best_is_refused_for_multi_worker_runs():
 
 
 def test_a_metric_the_task_does_not_evaluate_is_refused_before_the_first_step():
-    from stagegan.training import Trainer
+    from stagegan.training.trainer import Trainer
 
     raw = rollback_config()
     raw["checkpoint"]["keep_best"] = {"metric": "fid", "mode": "min"}
@@ -236,9 +236,9 @@ def test_a_metric_the_task_does_not_evaluate_is_refused_before_the_first_step():
 def test_a_resume_repairs_a_best_tag_left_on_two_checkpoints(tmp_path):
     """A kill between writing the new best and moving the tag leaves `best` on both; the
     resume from the new one leaves it there alone (the old keeps its periodic slot)."""
-    from stagegan.checkpoints import CheckpointStore
-    from stagegan.config import KeepBest
-    from stagegan.loop import BestKeeper
+    from stagegan.config.schema import KeepBest
+    from stagegan.runfolder.checkpoints import CheckpointStore
+    from stagegan.training.loop import BestKeeper
 
     folder = tmp_path / "checkpoints"
     folder.mkdir()

@@ -1,11 +1,11 @@
-"""Packing and spectral normalisation (`stagegan.layers`), against numpy."""
+"""Packing and spectral normalisation (`stagegan.core.layers`), against numpy."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan.layers import SpectralConv2D, SpectralDense, pack
+from stagegan.core.layers import SpectralConv2D, SpectralDense, pack
 
 
 def test_pack_points_concatenates_consecutive_samples():

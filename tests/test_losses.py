@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan import losses
+from stagegan.core import losses
 from stagegan.errors import ConfigError
 
 REAL = tf.constant([[2.0], [-1.0]])

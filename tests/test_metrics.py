@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan import metrics
+from stagegan.evaluation import metrics
 
 
 def test_mode_metrics_by_hand():

@@ -17,11 +17,11 @@ from clihelp import ROOT, stagegan
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
 
-from stagegan import cli
-from stagegan.config import parse_config
-from stagegan.launch import free_ports, tf_config
-from stagegan.runs import find_checkpoint
-from stagegan.training import Trainer
+from stagegan.cli import main as cli
+from stagegan.cli.launch import free_ports, tf_config
+from stagegan.config.schema import parse_config
+from stagegan.run.reading import find_checkpoint
+from stagegan.training.trainer import Trainer
 
 RAW = toy_config(
     ALL_KINDS,

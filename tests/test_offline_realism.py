@@ -1,6 +1,7 @@
-"""Realism numbers that need no download (`stagegan.realism`): precision, recall, density and
-coverage on point sets worked out by hand; the classifier two-sample test on images it can and
-cannot tell apart; the rotation network's features; and how `eval` wires them in."""
+"""Realism numbers that need no download (`stagegan.evaluation.realism`): precision, recall,
+density and coverage on point sets worked out by hand; the classifier two-sample test on
+images it can and cannot tell apart; the rotation network's features; and how `eval` wires
+them in."""
 
 import types
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan import evaluation, metrics, realism
 from stagegan.errors import ConfigError
+from stagegan.evaluation import evaluate as evaluation
+from stagegan.evaluation import metrics, realism
 
 
 def column(*values):

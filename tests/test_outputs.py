@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 from toytask import toy_config
 
-from stagegan.config import parse_config
-from stagegan.loop import train
-from stagegan.pictures import TITLE_HEIGHT
-from stagegan.samples import SampleDumper, load_inputs
+from stagegan.config.schema import parse_config
+from stagegan.runfolder.pictures import TITLE_HEIGHT
+from stagegan.runfolder.samples import SampleDumper, load_inputs
 from stagegan.tasks.base import NOISE_STREAM, make_generator
-from stagegan.training import Trainer
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 SEED = 3
 G = {"train": "generator/*", "loss": "g_loss", "optimizer": {"type": "sgd", "learning_rate": 0.1}}

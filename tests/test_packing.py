@@ -12,12 +12,12 @@ import pytest
 import tensorflow as tf
 from toytask import run_steps, snapshot
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
-from stagegan.planning import describe_plan
+from stagegan.run.planning import describe_plan
 from stagegan.tasks.base import make_generator
 from stagegan.tasks.mog2d import mode_centres
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 SEED, BATCH, PACK, LR = 3, 16, 2, 0.05
 R1, GP = 0.5, 2.0

@@ -9,8 +9,8 @@ import tensorflow as tf
 import yaml
 from clihelp import assert_user_error, stagegan
 
-from stagegan import data
-from stagegan import prepare as preparing
+from stagegan.data import prepare as preparing
+from stagegan.data import sources as data
 from stagegan.errors import ConfigError, WriteError
 
 # (class, name, height, width): other sizes and aspect ratios than the output's 8 x 8, one

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan.config import load_config
-from stagegan.resources import builtin_names
-from stagegan.training import Trainer
+from stagegan.config.resources import builtin_names
+from stagegan.config.schema import load_config
+from stagegan.training.trainer import Trainer
 
 SHRINK = {
     "mog2d": ["model.hidden=8", "model.layers=1"],

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from test_outputs import config
 
-from stagegan import pictures
-from stagegan.logs import (
+from stagegan.core.schedule import Position, Schedule
+from stagegan.runfolder import pictures
+from stagegan.runfolder.logs import (
     Progress,
     format_duration,
     format_rate,
     loss_figure,
 )
-from stagegan.loop import train
-from stagegan.schedule import Position, Schedule
-from stagegan.training import Trainer
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 
 def records(run_dir):

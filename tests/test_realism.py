@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan import metrics, shapes_net
-from stagegan.data import draw_shapes
+from stagegan.data.sources import draw_shapes
+from stagegan.evaluation import metrics, shapes_net
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,14 @@ import tensorflow as tf
 from clihelp import inprocess
 from toytask import finished_run, read_checkpoint, toy_config, variable_key
 
-from stagegan import regularisers
-from stagegan.config import LAZY_DEFAULTS, OPTIMIZER_TYPES, parse_config
+from stagegan.config.schema import LAZY_DEFAULTS, OPTIMIZER_TYPES, parse_config
+from stagegan.core import regularisers
+from stagegan.core.optimizers import describe, make_optimizer
+from stagegan.core.staging import to_replica_floats
 from stagegan.errors import ConfigError
-from stagegan.optimizers import describe, make_optimizer
-from stagegan.planning import describe_plan
-from stagegan.staging import to_replica_floats
-from stagegan.training import Trainer
-from stagegan.trainplan import TrainPlan
+from stagegan.run.planning import describe_plan
+from stagegan.run.trainplan import TrainPlan
+from stagegan.training.trainer import Trainer
 
 RNG = np.random.default_rng(0)
 
@@ -167,7 +167,7 @@ def test_two_replicas_train_what_one_device_does(mog_one_device, strategy):
 
 
 def test_resumed_run_ends_bit_identical_with_its_averages(tmp_path):
-    from stagegan import runner
+    from stagegan.run import runner
 
     straight = finished_run(tmp_path / "straight", mog_raw())
     resumed = tmp_path / "resumed"
@@ -186,7 +186,7 @@ def test_resumed_run_ends_bit_identical_with_its_averages(tmp_path):
 
 
 def test_a_resume_may_append_the_first_stage_with_lecam(tmp_path):
-    from stagegan import runner
+    from stagegan.run import runner
 
     raw = mog_raw(steps=1, lazy=False)
     raw["stages"][0]["updates"][0]["loss"] = {"d_loss": 1.0}  # no LeCam before the append

@@ -17,12 +17,12 @@ import yaml
 from clihelp import ROOT, TINY, stagegan
 from toytask import D, G, finished_run, read_checkpoint, toy_config
 
-from stagegan.checkpoints import CheckpointStore
-from stagegan.config import load_config, parse_config, resumable_keys
+from stagegan.config.schema import load_config, parse_config, resumable_keys
 from stagegan.errors import ConfigError
-from stagegan.loop import train
-from stagegan.resume import check_changes, commit, drop_records_after, plan_resume, restore
-from stagegan.training import Trainer
+from stagegan.run.resume import check_changes, commit, drop_records_after, plan_resume, restore
+from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.training.loop import train
+from stagegan.training.trainer import Trainer
 
 CONFIG = [
     "--config",
@@ -351,7 +351,7 @@ def test_tensorboard_drops_what_the_killed_process_wrote_after_the_checkpoint(tm
 
     from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 
-    from stagegan.logs import tensorboard_session_start
+    from stagegan.runfolder.logs import tensorboard_session_start
 
     def write(steps, value):
         writer = tf.summary.create_file_writer(str(tmp_path))
@@ -404,7 +404,7 @@ def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(tmp
 def test_a_second_process_cannot_train_into_a_locked_run(tmp_path):
     import os
 
-    from stagegan.rundirs import lock_run_dir
+    from stagegan.runfolder.dirs import lock_run_dir
 
     held = lock_run_dir(tmp_path, "--resume")
     try:
@@ -418,7 +418,7 @@ def test_a_second_process_cannot_train_into_a_locked_run(tmp_path):
 
 
 def test_resuming_a_finished_run_does_nothing(toy_run, capsys):
-    from stagegan import cli
+    from stagegan.cli import main as cli
 
     before = sorted(p.name for p in toy_run.rglob("*"))
     assert cli.main(["train", "--resume", str(toy_run)]) == 0

@@ -20,13 +20,13 @@ from clihelp import ROOT, inprocess
 from toytask import G_UPDATE, finished_run, read_checkpoint, two_stage_config
 
 import stagegan
-from stagegan.config import parse_config
-from stagegan.loop import end_stage, make_tick
-from stagegan.losses import AccuracyMonitor, discriminator_accuracy
-from stagegan.schedule import Schedule
-from stagegan.steps import StepOutput
-from stagegan.training import monitors_of
-from stagegan.until import Conditions, never_checked
+from stagegan.config.schema import parse_config
+from stagegan.core.losses import AccuracyMonitor, discriminator_accuracy
+from stagegan.core.schedule import Schedule
+from stagegan.core.steps import StepOutput
+from stagegan.core.until import Conditions, never_checked
+from stagegan.training.loop import end_stage, make_tick
+from stagegan.training.trainer import monitors_of
 
 TIME_FIELDS = ("time", "wall_time", "examples_per_sec")
 G2 = {"type": "adam", "learning_rate": 0.02}
@@ -327,8 +327,8 @@ def test_built_in_tasks_log_accuracy_beside_their_discriminator_loss():
 
 STUCK = """
 import sys
-from stagegan.cli import main
-from stagegan.loop import StopSignals
+from stagegan.cli.main import main
+from stagegan.training.loop import StopSignals
 StopSignals.GRACE = 2.0  # the test's patience; 10 s in a real run
 sys.exit(main(sys.argv[1:]))
 """

@@ -9,7 +9,7 @@ import pytest
 from clihelp import TINY, assert_user_error, inprocess, stagegan
 from test_outputs import png_size
 
-from stagegan import metrics, realism
+from stagegan.evaluation import metrics, realism
 
 COMPLETION = [
     "--set",
@@ -182,7 +182,7 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
 
 
 def test_completion_eval_by_hand_with_both_baselines(completion):
-    from stagegan.runs import restore_run
+    from stagegan.run.reading import restore_run
 
     result = inprocess("eval", "--run", str(completion), "--count", "16", "--seed", "2", "--json")
     assert result.returncode == 0, result.stderr
@@ -204,7 +204,7 @@ def test_completion_eval_by_hand_with_both_baselines(completion):
         assert np.isfinite(report[key])
     # Realism: the Fréchet distance of the completed images to the same images whole, in the
     # shapes classifier's features (the default on `shapes`).
-    from stagegan import shapes_net
+    from stagegan.evaluation import shapes_net
 
     extract = lambda images: np.asarray(shapes_net.extractor()(images))
     fid = metrics.frechet_distance(extract(inputs["x"]), extract(completed * 2 - 1))
@@ -247,9 +247,9 @@ def wgan(tmp_path_factory):
 
 
 def test_fid_kid_on_shapes_default_to_the_shapes_features_and_all_held_out_images(wgan):
-    from stagegan import metrics, shapes_net
-    from stagegan.evaluation import Evaluation
-    from stagegan.runs import restore_run
+    from stagegan.evaluation import metrics, shapes_net
+    from stagegan.evaluation.evaluate import Evaluation
+    from stagegan.run.reading import restore_run
 
     trainer, _ = restore_run(wgan)
     # FID's usual 10,000 samples: the whole held-out split of `shapes` (what `eval` without
@@ -320,8 +320,8 @@ def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, 
 
 
 def test_eval_settings_may_change_on_resume(tmp_path):
-    from stagegan.config import load_config
-    from stagegan.resume import check_changes
+    from stagegan.config.schema import load_config
+    from stagegan.run.resume import check_changes
 
     old = load_config("wgan_gp_shapes", ["eval={every: 100}"])
     for change in ("eval=null", "eval.count=500", "eval.features=inception", "eval.every=0"):

@@ -1,7 +1,7 @@
 import pytest
 
-from stagegan.config import Stage
-from stagegan.schedule import Schedule
+from stagegan.config.schema import Stage
+from stagegan.core.schedule import Schedule
 
 
 def stages(*lengths):

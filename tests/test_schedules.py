@@ -7,12 +7,12 @@ import pytest
 import tensorflow as tf
 from toytask import D_UPDATE, G_UPDATE, optimizers, toy_config
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
+from stagegan.core.optimizers import describe, schedule
 from stagegan.errors import ConfigError
-from stagegan.optimizers import describe, schedule
-from stagegan.planning import describe_plan
-from stagegan.resume import check_changes
-from stagegan.training import Trainer
+from stagegan.run.planning import describe_plan
+from stagegan.run.resume import check_changes
+from stagegan.training.trainer import Trainer
 
 D, G = D_UPDATE, G_UPDATE
 

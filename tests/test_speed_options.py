@@ -9,10 +9,10 @@ import tensorflow as tf
 from test_training import ALL_KINDS, config
 from toytask import run_steps
 
-from stagegan.config import load_config
+from stagegan.config.schema import load_config
+from stagegan.core.precision import LossScale
 from stagegan.errors import ConfigError
-from stagegan.precision import LossScale
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 OPTIONS = {
     "jit": {"jit": True},

@@ -1,4 +1,4 @@
-"""Real batches staged a step ahead (`stagegan.staging`): the same batches in the same order
+"""Real batches staged a step ahead (`stagegan.core.staging`): the same batches in the same order
 as drawing them in the step, one batch ahead of the reader and checkpointed with it, the
 consumer independent of the read it overlaps, the buffer on the draw device, in-memory sets
 gathered on the host, and uint8 converted to float on each tower's own device."""
@@ -9,10 +9,10 @@ import tensorflow as tf
 from PIL import Image
 from toytask import network_weights, run_steps
 
-from stagegan import data
-from stagegan.config import parse_config
-from stagegan.staging import Staging, to_replica_floats
-from stagegan.training import Trainer
+from stagegan.config.schema import parse_config
+from stagegan.core.staging import Staging, to_replica_floats
+from stagegan.data import sources as data
+from stagegan.training.trainer import Trainer
 
 RNG = np.random.default_rng(11)
 IMAGES = RNG.integers(0, 256, (12, 8, 8, 1), np.uint8)

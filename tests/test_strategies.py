@@ -11,9 +11,9 @@ import yaml
 from test_training import ALL_KINDS, config, run_all
 from toytask import read_checkpoint, two_stage_config
 
-from stagegan import cli
-from stagegan.runs import find_checkpoint
-from stagegan.training import Trainer
+from stagegan.cli import main as cli
+from stagegan.run.reading import find_checkpoint
+from stagegan.training.trainer import Trainer
 
 STRATEGIES = ["towers", "mirrored", "central_storage"]
 

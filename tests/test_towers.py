@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan.config import DevicesConfig
-from stagegan.errors import ConfigError
-from stagegan.placement import resolve_placement
-from stagegan.replicas import (
+from stagegan.config.schema import DevicesConfig
+from stagegan.core.placement import resolve_placement
+from stagegan.core.replicas import (
     TowerReplicas,
     average,
     contribution,
@@ -18,6 +17,7 @@ from stagegan.replicas import (
     split_batch,
     sum_contributions,
 )
+from stagegan.errors import ConfigError
 
 
 def averaged(replica_grads, variables):

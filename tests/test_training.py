@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 from toytask import ALL_KINDS, D, G, optimizers, read_checkpoint, run_steps, snapshot, toy_config
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
 from stagegan.tasks.base import make_generator
-from stagegan.training import Trainer
+from stagegan.training.trainer import Trainer
 
 SEED = 7
 BATCH = 16
@@ -251,7 +251,7 @@ def test_private_optimizers_do_not_share_state():
 
 # Isolation of everything in the checkpoint: weights, optimizer state, and the state of the
 # networks (BatchNormalization statistics in both networks here). A frozen network runs on
-# batch statistics and its writes are discarded (stagegan.replicas).
+# batch statistics and its writes are discarded (stagegan.core.replicas).
 
 BN_ISOLATION = [
     {"name": "g_only", "steps": 2, "updates": [G]},

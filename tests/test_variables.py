@@ -1,8 +1,8 @@
 import keras
 import pytest
 
+from stagegan.core.variables import check_partition, count_parameters, select_variables
 from stagegan.errors import ConfigError
-from stagegan.variables import check_partition, count_parameters, select_variables
 
 
 def dense_model(scope, units=2, use_name_scope=True):

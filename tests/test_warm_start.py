@@ -8,11 +8,11 @@ import yaml
 from clihelp import inprocess
 from toytask import finished_run, read_checkpoint, two_stage_config, variable_key
 
-from stagegan.config import parse_config
+from stagegan.config.schema import parse_config
 from stagegan.errors import ConfigError
-from stagegan.runs import resolve_init
-from stagegan.training import Trainer
-from stagegan.warmstart import warm_start
+from stagegan.run.reading import resolve_init
+from stagegan.run.warmstart import warm_start
+from stagegan.training.trainer import Trainer
 
 SOURCE = two_stage_config("source", 3, 2, 2, model={"batchnorm": True}, ema={"decay": 0.5})
 

@@ -154,9 +154,9 @@ def two_stage_config(name, seed, first, joint, first_name="d_only", first_update
 def finished_run(run_dir, raw):
     """Train run config `raw` to its end, in process, into the new folder `run_dir` (with its
     `config.yaml`, as the CLI writes it); returns `run_dir`."""
-    from stagegan.config import parse_config
-    from stagegan.loop import train
-    from stagegan.training import Trainer
+    from stagegan.config.schema import parse_config
+    from stagegan.training.loop import train
+    from stagegan.training.trainer import Trainer
 
     run_dir.mkdir()
     config = parse_config(raw)

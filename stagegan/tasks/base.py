@@ -33,11 +33,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, pictures, regularisers
-from stagegan.config import format_key_path
-from stagegan.data import ImageSource, reference_pool, source_of
+from stagegan.config.schema import format_key_path
+from stagegan.core import losses, regularisers
+from stagegan.core.layers import pack, unpack
+from stagegan.data.sources import ImageSource, reference_pool, source_of
 from stagegan.errors import ConfigError, first_line
-from stagegan.layers import pack, unpack
+from stagegan.runfolder import pictures
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
 # 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
@@ -98,7 +99,7 @@ class Task:
     lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
     consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
     # Whether `real_batch` reads on the host (tf.data, host memory): the trainer then draws
-    # it a step ahead into a buffer on the device (`stagegan.staging`) and calls
+    # it a step ahead into a buffer on the device (`stagegan.core.staging`) and calls
     # `batch(batch_size, real=...)` with it; `real_batch` must then depend only on its reader
     # and `rngs.data`. A uint8 `x` (images in [0, 255]) reaches `losses` as float32 in
     # [-1, 1], converted on each replica's device.
@@ -111,7 +112,7 @@ class Task:
     #   "classes": `class_index`: samples of one asked class (`sample --class`).
     capabilities = frozenset()
     conditional = False  # whether the generator takes a class (`fake_y`) with its noise
-    source = None  # the `stagegan.data.ImageSource` of a task with "images", once built
+    source = None  # the `stagegan.data.sources.ImageSource` of a task with "images", once built
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -128,7 +129,7 @@ class Task:
         The trainer calls it once, with every `config.Update` of the run, on the variable
         device (`device`) and outside any distribution strategy's scope, so the state is
         plain variables there, as `augment:`'s are. The default makes LeCam's averages and
-        bCR's transform (`stagegan.regularisers`) when an update trains on those terms.
+        bCR's transform (`stagegan.core.regularisers`) when an update trains on those terms.
 
         Raises:
             ConfigError: a negative weight on a penalty that needs state.
@@ -183,7 +184,7 @@ class Task:
         """The images a discriminator is about to see, through the stage's augmentation
         (`augment:`; unchanged without one). `side` is "real" or "fake": which of the batch's
         random numbers to use (`batch["augment_real"]`, one row per image of the shard).
-        `m`: the images are packs of m (`stagegan.layers.pack`); each image of a pack is
+        `m`: the images are packs of m (`stagegan.core.layers.pack`); each image of a pack is
         augmented on its own."""
         if self.augmenter is None:
             return images
@@ -269,7 +270,8 @@ class Task:
         return (samples + 1.0) / 2.0 if samples.ndim == 4 else samples
 
     def evaluate(self, evaluation):
-        """The task's metrics, `{name: value}`, given a `stagegan.evaluation.Evaluation`."""
+        """The task's metrics, `{name: value}`, given an `Evaluation`
+        (`stagegan.evaluation.evaluate`)."""
         raise ConfigError("task", f"task {self.name!r} defines no metrics (Task.evaluate)")
 
     def build_network(self, scope, default, inputs, output):
@@ -284,7 +286,7 @@ class Task:
             inputs: the input shape without the batch axis, or a list of them.
             output: the expected output shape without the batch axis.
         """
-        from stagegan.tasks import load_object  # the registry imports this module
+        from stagegan.config.objects import load_object
 
         key = f"model.{scope}"
         path = self.model.get(scope)
@@ -325,11 +327,11 @@ class Task:
 
 
 class ImageTask(Task):
-    """A task on images from `data.source` (see `stagegan.data`): builds the `ImageSource` and
-    serves its global batches as `{"x": uint8 images}`, which `losses` receives as float32
-    in [-1, 1]. Subclasses call `build_source()` at the start of `build()`."""
+    """A task on images from `data.source` (see `stagegan.data.sources`): builds the
+    `ImageSource` and serves its global batches as `{"x": uint8 images}`, which `losses`
+    receives as float32 in [-1, 1]. Subclasses call `build_source()` at the start of `build()`."""
 
-    staged_input = True  # batches read on the host: drawn a step ahead (stagegan.staging)
+    staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
     _reference = None  # the `Pool` of `reference_images`, once loaded
 
@@ -338,7 +340,7 @@ class ImageTask(Task):
 
     @property
     def source_kind(self):
-        """The `stagegan.data.Source` of `data.source`."""
+        """The `stagegan.data.sources.Source` of `data.source`."""
         return source_of(self.data)
 
     @property
@@ -374,7 +376,7 @@ class ImageTask(Task):
         return (images, found, pool.held_out) if labels else (images, pool.held_out)
 
     def load_pool(self, count):
-        """The `stagegan.data.Pool` that `reference_images` chooses from (for a streamed
+        """The `stagegan.data.sources.Pool` that `reference_images` chooses from (for a streamed
         source, its first `count` images); made once."""
         cached = self._reference
         streamed = self.source_kind.streamed
@@ -412,10 +414,10 @@ class ImageTask(Task):
 
 def adversarial_losses(task, batch, terms):
     """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `lecam` and the `bcr` terms
-    (`stagegan.regularisers`) of a generator/discriminator pair whose discriminator sees
+    (`stagegan.core.regularisers`) of a generator/discriminator pair whose discriminator sees
     `task.pack` samples at once (1: one sample, no packing).
 
-    Real and generated samples are packed separately (`stagegan.layers.pack`), so every pack is
+    Real and generated samples are packed separately (`stagegan.core.layers.pack`), so every pack is
     all real or all generated. The gradient penalty interpolates whole packs (one weight per
     pack: the first of its samples' `epsilon`, so it does not depend on the number of towers)
     and both penalties take gradient norms with respect to the whole pack.

@@ -21,7 +21,7 @@ Loss terms:
     r1                  R1 on real images, through both branches (weight it gamma / 2;
                         usable lazily with `every`)
     lecam, bcr,         LeCam and balanced consistency on the discriminator (see
-    bcr_real, bcr_fake  `stagegan.regularisers`), real images against completed ones
+    bcr_real, bcr_fake  `stagegan.core.regularisers`), real images against completed ones
 
 Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
 (fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
@@ -42,10 +42,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, metrics, pictures, regularisers
-from stagegan.data import DEFAULTS as DATA_DEFAULTS
+from stagegan.core import losses, regularisers
+from stagegan.core.layers import conv2d, dense
+from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.layers import conv2d, dense
+from stagegan.evaluation import metrics
+from stagegan.runfolder import pictures
 from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, float32, make_generator, positive
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
@@ -299,7 +301,7 @@ class Completion(ImageTask):
           images whole (0.5: it cannot; 1: it always can), with its spread: it sees the
           crop around each hole (the discriminator's local crop) with the mask as a
           channel, the same for both, so it judges the fill against the pixels that
-          were there (`stagegan.realism.c2st`, its local network);
+          were there (`stagegan.evaluation.realism.c2st`, its local network);
         * `fid`: the Fréchet distance between the features of the completed images and of
           the same images whole (0 for a perfect completion; a blurred or implausible fill
           raises it), on `evaluation.features()` (`features` names them);

@@ -8,9 +8,9 @@ Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real points (weight it gamma / 2)
-    lecam               LeCam (Tseng et al. 2021; see `stagegan.regularisers`)
+    lecam               LeCam (Tseng et al. 2021; see `stagegan.core.regularisers`)
 `model.pack: m` shows the discriminator m points at once (PacGAN); `model.spectral_norm`
-normalises its layers (see `stagegan.layers`).
+normalises its layers (see `stagegan.core.layers`).
 """
 
 import math
@@ -19,9 +19,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, metrics, pictures, regularisers
+from stagegan.core import losses, regularisers
+from stagegan.core.layers import dense
 from stagegan.errors import ConfigError
-from stagegan.layers import dense
+from stagegan.evaluation import metrics
+from stagegan.runfolder import pictures
 from stagegan.tasks.base import Task, adversarial_losses, choice, float32, positive
 
 LAYOUT_STD = {"ring": 0.01, "grid": 0.05}

@@ -7,11 +7,11 @@ largest feature map. Loss terms:
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
     lecam               LeCam (Tseng et al. 2021; `loss.lecam_decay`, `loss.lecam_start`)
     bcr, bcr_real,      balanced consistency (Zhao et al. 2021; `loss.bcr_ops`), and its
-    bcr_fake            halves (see `stagegan.regularisers`)
+    bcr_fake            halves (see `stagegan.core.regularisers`)
 The interpolation weights of the gradient penalty are drawn with the global batch's noise, so
 the penalty does not depend on the number of towers. `model.pack: m` shows the discriminator m
 images at once, stacked along the channels (PacGAN); `model.spectral_norm` normalises its
-convolutions and output layer (see `stagegan.layers`).
+convolutions and output layer (see `stagegan.core.layers`).
 
 `model.conditional: true` makes it a class-conditional GAN on labelled data (`data.labels`):
 the generator takes a learned class embedding beside z, and the discriminator is a projection
@@ -24,10 +24,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan import losses, pictures, regularisers
-from stagegan.data import DEFAULTS as DATA_DEFAULTS
+from stagegan.core import losses, regularisers
+from stagegan.core.layers import conv2d, dense
+from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.layers import conv2d, dense
+from stagegan.runfolder import pictures
 from stagegan.tasks.base import ImageTask, adversarial_losses, float32, positive
 
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
@@ -239,7 +240,7 @@ def conditional_generator(task):
 def projection_discriminator(task):
     """The DCGAN discriminator of `discriminator` with a projection head (Miyato & Koyama
     2018): logit = w . phi(x) + b + embed(y) . phi(x), phi the flattened features. A pack of
-    `model.pack` images (`stagegan.layers.pack`) projects onto the sum of its classes'
+    `model.pack` images (`stagegan.core.layers.pack`) projects onto the sum of its classes'
     embeddings."""
     size, m = task.size, task.model["pack"]
     x = keras.Input((size, size, task.data["channels"] * m))

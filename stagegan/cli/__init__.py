@@ -1,0 +1,1 @@
+"""The command line: `python -m stagegan train | launch | plan | sample | eval | prepare`."""

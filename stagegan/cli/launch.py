@@ -1,0 +1,224 @@
+"""`python -m stagegan launch --workers N [train arguments]`: a multi-worker run on one machine.
+
+Starts N `python -m stagegan train` processes on 127.0.0.1, each with a `TF_CONFIG` naming the
+same cluster (free ports) and its own task index, and `devices.strategy=multi_worker`. Worker 0
+is the chief: it alone writes the run folder; the others' output lines are prefixed
+`[worker i]`. It is for trying multi-worker runs, and for the tests; on a real cluster, start
+one `train` process per host with its own `TF_CONFIG` (see the README).
+
+`cli.cmd_launch` checks the arguments first (a bad config is one line and exit status 2,
+and no worker starts). A new run's folder is picked there (the next `runs/NNNNN-name` unless
+`--run-dir` says), so every worker names the same one.
+
+On a GPU host each worker gets GPUs of its own (`--gpus-per-worker N`: worker i sees GPUs
+i*N .. i*N+N-1 through `CUDA_VISIBLE_DEVICES`; by default the visible GPUs are shared out
+evenly) and `TF_FORCE_GPU_ALLOW_GROWTH=true`, so no worker takes every GPU's memory. Without
+GPUs (`nvidia-smi` lists none) the workers' environment is the launcher's, as before.
+The GPUs are counted without importing TensorFlow (`host_gpus`).
+
+When a worker fails, the others stop by themselves: TensorFlow's collective operations abort
+when a peer is gone (stagegan turns that into one line naming the lost peer). Any worker still
+running `grace` seconds later is terminated. The exit status is that of the first worker to
+fail (128 + N for a signal), or 0.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from stagegan.config.cluster import host_gpus  # noqa: F401 - launch.host_gpus, as before
+from stagegan.errors import ConfigError
+
+MULTI_WORKER = "devices.strategy=multi_worker"
+
+
+def launch(workers, worker_args, grace=60.0, gpus=None):
+    """Run `train worker_args` as `workers` local worker processes; returns the exit status.
+    The arguments were checked by the caller (`cli.cmd_launch`); `gpus`: each worker's GPU
+    ids (`assign_gpus`), or None to leave the environment as it is."""
+    return Cluster(workers, worker_args, grace, gpus).run()
+
+
+def assign_gpus(workers, per_worker, available):
+    """Each worker's GPU ids: worker i gets `available[i*per_worker : (i+1)*per_worker]`.
+
+    Args:
+        workers: the number of worker processes.
+        per_worker: `--gpus-per-worker` (an int >= 0), or None: the visible GPUs shared out
+            evenly (none when there are none).
+        available: the GPU ids this process may use (`host_gpus`).
+
+    Returns:
+        A list of `workers` lists of ids, or None (no GPUs: the environment is left alone).
+
+    Raises:
+        ConfigError: a negative count, or fewer GPUs than `workers * per_worker`.
+    """
+    if per_worker is None:
+        if not available:
+            return None
+        if len(available) < workers:
+            raise ConfigError(
+                "--gpus-per-worker",
+                f"{workers} workers but only {_gpus(len(available))} visible; pass "
+                "--gpus-per-worker 0 to run the workers on the CPU, or use fewer workers",
+            )
+        per_worker = len(available) // workers
+    if per_worker < 0:
+        raise ConfigError("--gpus-per-worker", f"must be 0 or more. Received: {per_worker}")
+    if workers * per_worker > len(available):
+        raise ConfigError(
+            "--gpus-per-worker",
+            f"{workers} workers with {_gpus(per_worker)} each need {_gpus(workers * per_worker)}, "
+            f"but only {_gpus(len(available))} visible",
+        )
+    return [available[i * per_worker : (i + 1) * per_worker] for i in range(workers)]
+
+
+def _gpus(count):
+    return f"{count} GPU{'' if count == 1 else 's'}"
+
+
+def worker_env(environ, addresses, index, gpus=None):
+    """The environment of worker `index`: the launcher's, with its `TF_CONFIG` and, when
+    `gpus` (from `assign_gpus`) is given, only its own GPUs, with memory growth (so that
+    workers sharing a machine do not each reserve every GPU's memory)."""
+    env = dict(environ, TF_CONFIG=tf_config(addresses, index))
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index])
+        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    return env
+
+
+def free_ports(count):
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while picked)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(addresses, index):
+    return json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+    )
+
+
+class Cluster:
+    """The worker processes of one launch."""
+
+    def __init__(self, workers, args, grace, gpus=None):
+        self.args = args
+        self.grace = grace
+        self.count = workers
+        self.gpus = gpus
+        self.processes = []
+        self.threads = []
+
+    def run(self):
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(self.count)]
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for index in range(self.count):
+                self.processes.append(self._start(addresses, index))
+            return self._wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._stop_all()
+            for thread in self.threads:
+                thread.join(timeout=5)
+
+    def _start(self, addresses, index):
+        env = worker_env(os.environ, addresses, index, self.gpus)
+        command = [sys.executable, "-m", "stagegan", "train", *self.args]
+        piped = subprocess.PIPE if index else None  # the chief's output passes straight through
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=piped,
+            stderr=subprocess.STDOUT if index else None,
+            text=True,
+            start_new_session=True,  # signals reach workers through the launcher only
+        )
+        if index:
+            thread = threading.Thread(target=_prefix, args=(process.stdout, index), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return process
+
+    def _wait(self):
+        failed, deadline = None, None
+        while True:
+            codes = [p.poll() for p in self.processes]
+            if failed is None:
+                for index, code in enumerate(codes):
+                    if code not in (None, 0):
+                        failed = (index, code)
+                        deadline = time.monotonic() + self.grace
+                        running = [i for i, c in enumerate(codes) if c is None]
+                        _say(
+                            f"worker {index} {describe(code)}"
+                            + (
+                                f"; waiting up to {self.grace:g} s for workers "
+                                f"{', '.join(map(str, running))} to stop"
+                                if running
+                                else ""
+                            )
+                        )
+                        break
+            if all(code is not None for code in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                running = [i for i, c in enumerate(codes) if c is None]
+                _say(f"workers {', '.join(map(str, running))} still running; terminating them")
+                self._stop_all()
+                break
+            time.sleep(0.1)
+        if failed is None:
+            return 0
+        code = failed[1]
+        return 128 - code if code < 0 else code
+
+    def _forward(self, signum, frame):
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    def _stop_all(self):
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def describe(code):
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def _say(text):
+    print(f"stagegan: launch: {text}", file=sys.stderr, flush=True)
+
+
+def _prefix(stream, index):
+    for line in stream:
+        sys.stdout.write(f"[worker {index}] {line}")
+        sys.stdout.flush()

@@ -1,0 +1,463 @@
+"""The command line: `train`, `launch`, `plan`, `sample`, `eval` and `prepare`. Parses
+arguments, calls library functions.
+
+Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from stagegan.config.schema import check_batch_divides, check_seed, load_config
+from stagegan.data import prepare
+from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="stagegan", description="Train GANs in stages (see README.md)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def config_arguments(p):
+        p.add_argument(
+            "--config",
+            help="a run config YAML file or a preset name from configs/ "
+            "(default: configs/default.yaml)",
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override a config value (parsed as YAML); repeatable, e.g. "
+            "--set batch_size=64 --set stages[2].steps=100",
+        )
+
+    train = commands.add_parser("train", help="train a run")
+    config_arguments(train)
+    train.add_argument("--run-dir", help="the run folder (default: the next runs/NNNNN-<name>)")
+    train.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the run in folder RUN from its newest checkpoint (with its own config; "
+        "--set may change learning rates, later stages' steps and the intervals)",
+    )
+    train.add_argument(
+        "--checkpoint",
+        help="with --resume: resume from this checkpoint (its global step) instead",
+    )
+    train.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="start the new run's networks (and EMA) from run folder RUN's newest checkpoint, "
+        "by variable path; optimizers, step and random streams start fresh (config: init.run)",
+    )
+    train.add_argument(
+        "--init-checkpoint",
+        metavar="STEP",
+        type=int,
+        help="with --init-from: that run's checkpoint at global step STEP instead",
+    )
+    train.add_argument(
+        "--init-only",
+        metavar="PATTERN",
+        action="append",
+        help="with --init-from: copy only the variables matching this glob pattern "
+        "(repeatable), e.g. 'generator/*'",
+    )
+    train.set_defaults(func=cmd_train)
+
+    launch = commands.add_parser(
+        "launch",
+        help="run a multi-worker training as N local worker processes (127.0.0.1, free ports)",
+        description="Start N worker processes of `train` on this machine, each with its own "
+        "TF_CONFIG, with devices.strategy=multi_worker. The remaining arguments are train's "
+        "(e.g. --config X --run-dir R, or --resume R). Worker 0 is the chief: it alone writes "
+        "the run folder.",
+    )
+    launch.add_argument("--workers", type=int, required=True, help="how many worker processes")
+    launch.add_argument(
+        "--grace",
+        type=float,
+        default=60.0,
+        help="seconds the other workers get to stop by themselves after one fails (default 60)",
+    )
+    launch.add_argument(
+        "--gpus-per-worker",
+        type=int,
+        default=None,
+        help="GPUs of each worker (CUDA_VISIBLE_DEVICES: worker i gets GPUs i*N..i*N+N-1; "
+        "0: CPU workers); default: the visible GPUs shared out evenly",
+    )
+    launch.set_defaults(func=cmd_launch)
+
+    plan = commands.add_parser("plan", help="print what each stage trains, without training")
+    config_arguments(plan)
+    plan.set_defaults(func=cmd_plan)
+
+    def run_arguments(p):
+        p.add_argument("--run", required=True, help="the run folder")
+        p.add_argument(
+            "--checkpoint",
+            help="a checkpoint: its global step, best (checkpoint.keep_best's), or its path "
+            "(default: the newest)",
+        )
+        p.add_argument(
+            "--no-ema", action="store_true", help="use the live weights even if the run has an EMA"
+        )
+        p.add_argument(
+            "--batch-size",
+            type=int,
+            help="images per forward pass (default: the run's eval.batch_size, else its "
+            "batch_size): peak memory does not grow with --num / --count",
+        )
+
+    sample = commands.add_parser("sample", help="write samples from a run's checkpoint")
+    run_arguments(sample)
+    sample.add_argument("--num", type=int, required=True, help="how many samples")
+    sample.add_argument(
+        "--output", required=True, help="FILE.npy (the raw array) or FILE.png (a picture)"
+    )
+    sample.add_argument("--seed", type=int, default=0, help="fixes the inputs (default: 0)")
+    sample.add_argument(
+        "--input", help="completion: complete your own images from this folder (masks generated)"
+    )
+    sample.add_argument(
+        "--class",
+        dest="class_name",
+        metavar="K|NAME",
+        help="class-conditional runs: samples of this class only (its name or index)",
+    )
+    sample.set_defaults(func=cmd_sample)
+
+    evaluate = commands.add_parser("eval", help="print a run's metrics (appended to eval.jsonl)")
+    run_arguments(evaluate)
+    evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    evaluate.add_argument(
+        "--count",
+        type=int,
+        help="samples to evaluate (default: the task's; for FID 10,000 or all real images)",
+    )
+    evaluate.add_argument("--seed", type=int, help="fixes the inputs (default: the run seed)")
+    evaluate.add_argument(
+        "--features",
+        metavar="SPEC",
+        help="features for FID/KID and completion's realism metric: shapes (the built-in "
+        "shapes classifier), selfsup (a rotation-prediction net trained on the run's own "
+        "real images, offline), inception (ImageNet weights, downloaded), inception:PATH (a "
+        "local InceptionV3 weights file), inception2015:PATH (the 2015-12-05 Inception graph "
+        "classify_image_graph_def.pb: FID and KID as papers report them), or "
+        "package.module:function returning a Keras model "
+        "that maps images in [-1, 1] to features (default: shapes on the shapes source, "
+        "else inception)",
+    )
+    evaluate.set_defaults(func=cmd_eval)
+
+    prepare_parser = commands.add_parser(
+        "prepare",
+        help="convert an image folder to sharded TFRecords (data.source: tfrecord)",
+        description="Fit every PNG and JPEG file below FOLDER to SIZE x SIZE (as data.source: "
+        "folder does), store it as PNG in TFRecord shards in a new folder, and print the data: "
+        "block that reads them. An interrupted prepare leaves no OUTPUT.",
+    )
+    prepare_parser.add_argument(
+        "folder", metavar="FOLDER", help="the images; with --labels, one subfolder per class"
+    )
+    prepare_parser.add_argument(
+        "--output", required=True, metavar="DIR", help="the folder to write (new, or empty)"
+    )
+    prepare_parser.add_argument("--size", type=int, required=True, help="image side in pixels")
+    prepare_parser.add_argument(
+        "--channels", type=int, default=3, help="1 (grey) or 3 (default: 3)"
+    )
+    prepare_parser.add_argument(
+        "--labels",
+        action="store_true",
+        help="the subfolders of FOLDER are the classes (their sorted names; feature 'label')",
+    )
+    prepare_parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=prepare.SHARD_SIZE,
+        help=f"images per shard file (default: {prepare.SHARD_SIZE})",
+    )
+    prepare_parser.set_defaults(func=cmd_prepare)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "launch":
+        args.train_args = rest  # train's own arguments, checked by `launch`
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("stagegan")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        return args.func(args)
+    except (ConfigError, WriteError) as e:
+        print(f"stagegan: error: {e}", file=sys.stderr)
+        return 2
+    except RunStopped as e:
+        if e.status == 3:  # the guard: the one line says what went non-finite, and where
+            print(f"stagegan: error: guard: {e.message}", file=sys.stderr)
+        elif e.status == 4:  # a multi-worker peer was lost
+            print(f"stagegan: error: multi_worker: {e.message}", file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        print("stagegan: interrupted", file=sys.stderr)
+        return 130
+
+
+def load(args):
+    """The validated config of `args`, with the config file's folder and the working directory
+    on the import path, so a config can name `module:function` from either."""
+    config = load_config(args.config, args.set)
+    folders = [os.getcwd()]
+    if args.config and os.path.isfile(args.config):
+        folders.insert(0, os.path.dirname(os.path.abspath(args.config)))
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    return config
+
+
+def cmd_train(args):
+    from stagegan.run.trainplan import TrainPlan
+
+    if args.resume is not None:
+        return resume_train(args)
+    if args.checkpoint is not None:
+        raise ConfigError("--checkpoint", "only with --resume RUN")
+    args.set = [*args.set, *init_overrides(args)]
+    plan = TrainPlan.new(load(args), args.run_dir)  # refusals before the slow TF import
+    import_tensorflow()
+    from stagegan.run import runner
+
+    runner.run(plan)
+    return 0
+
+
+def init_overrides(args):
+    """`--init-from RUN [--init-checkpoint STEP] [--init-only P ...]` as `--set init=...`."""
+    if args.init_from is None:
+        for flag, value in (
+            ("--init-checkpoint", args.init_checkpoint),
+            ("--init-only", args.init_only),
+        ):
+            if value is not None:
+                raise ConfigError(flag, "only with --init-from RUN")
+        return []
+    init = {"run": args.init_from, "checkpoint": args.init_checkpoint, "only": args.init_only}
+    return [f"init={json.dumps(init)}"]
+
+
+def resume_train(args):
+    """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.run.resume)."""
+    from stagegan.run.trainplan import TrainPlan
+
+    for flag, value in (
+        ("--config", args.config),
+        ("--run-dir", args.run_dir),
+        ("--init-from", args.init_from),
+    ):
+        if value is not None:
+            raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
+    plan = TrainPlan.resumed(args.resume, args.set, args.checkpoint)  # before the slow import
+    if plan.finished:
+        logging.getLogger("stagegan").info(
+            "%s already finished at step %d; nothing to do", plan.run_dir, plan.resume.step
+        )
+        return 0
+    import_tensorflow()
+    from stagegan.run import runner
+
+    runner.run(plan)
+    return 0
+
+
+def cmd_launch(args):
+    """`launch --workers N [train arguments]`: check the arguments here (one line and exit
+    status 2, and no worker starts), pick a new run's folder so every worker names the same
+    one, then start the workers (`stagegan.cli.launch`)."""
+    from stagegan.cli.launch import MULTI_WORKER, assign_gpus, host_gpus, launch
+
+    if args.workers < 1:
+        raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
+    gpus = assign_gpus(args.workers, args.gpus_per_worker, host_gpus())
+    worker_args = list(args.train_args)
+    if worker_args[:1] == ["train"]:
+        worker_args = worker_args[1:]
+    parsed = build_parser().parse_args(["train", *worker_args])
+    if parsed.resume is not None:
+        from stagegan.run.resume import plan_resume
+
+        plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
+        if plan.config.devices.strategy != "multi_worker":
+            raise ConfigError(
+                "devices.strategy",
+                f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
+                "resumes multi_worker runs (resume this one with train --resume)",
+            )
+        if plan.step >= plan.total_steps:
+            print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
+            return 0
+    else:
+        from stagegan.runfolder.dirs import check_new_run_dir, create_run_dir
+
+        parsed.set = [*parsed.set, MULTI_WORKER]
+        config = load(parsed)
+        check_batch_divides(config.batch_size, args.workers)
+        if parsed.run_dir is not None:
+            check_new_run_dir(parsed.run_dir)
+        else:  # reserve the next numbered folder, empty, for the chief to fill
+            run_dir = create_run_dir(None, name=config.name)
+            worker_args += ["--run-dir", str(run_dir)]
+        worker_args += ["--set", MULTI_WORKER]
+    return launch(args.workers, worker_args, args.grace, gpus)
+
+
+def cmd_plan(args):
+    config = load(args)
+    import_tensorflow()
+    from stagegan.run import runner
+
+    print(runner.describe(config))
+    return 0
+
+
+def cmd_sample(args):
+    from stagegan.run.reading import check_run, restore_run, write_samples
+
+    if args.num < 1:
+        raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
+    check_seed(args.seed, "--seed")
+    check_batch_size(args.batch_size)
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
+    import_tensorflow()
+
+    quiet_logs()
+    trainer, _ = restore_run(args.run, args.checkpoint)
+    print(
+        write_samples(
+            trainer,
+            args.output,
+            args.num,
+            args.seed,
+            ema=not args.no_ema,
+            input_dir=args.input,
+            batch_size=args.batch_size,
+            class_name=args.class_name,
+        )
+    )
+    return 0
+
+
+def cmd_eval(args):
+    from stagegan.run.reading import check_run
+
+    if args.count is not None and args.count < 4:
+        raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
+    if args.seed is not None:
+        check_seed(args.seed, "--seed")
+    check_batch_size(args.batch_size)
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
+    import_tensorflow()
+    from stagegan.evaluation.evaluate import format_table
+    from stagegan.run import runner
+
+    quiet_logs()
+    result = runner.evaluate(
+        args.run,
+        args.count,
+        args.seed,
+        args.checkpoint,
+        args.features,
+        ema=not args.no_ema,
+        batch_size=args.batch_size,
+    )
+    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def cmd_prepare(args):
+    arguments = {
+        "folder": args.folder,
+        "output": args.output,
+        "size": args.size,
+        "channels": args.channels,
+        "shard_size": args.shard_size,
+    }
+    prepare.check_arguments(**arguments)  # before the slow TensorFlow import
+    import_tensorflow()
+    # Unreadable files are warned of on stderr, beside the progress: stdout is the block.
+    logs_to_stderr()
+    try:
+        with prepare.ConsoleProgress(sys.stderr) as progress:
+            result = prepare.prepare(**arguments, labels=args.labels, progress=progress)
+    except Interrupted as e:  # SIGTERM: one line, then its exit status (143)
+        print(f"stagegan: {e.message}", file=sys.stderr)
+        raise
+    print(prepare.describe(result))
+    return 0
+
+
+def check_batch_size(value):
+    if value is not None and value < 1:
+        raise ConfigError("--batch-size", f"must be at least 1. Received: {value}")
+
+
+def quiet_logs():
+    """`sample` and `eval` print their result only (building the trainer logs nothing, and
+    warnings go to stderr, so that `eval --json` prints JSON alone)."""
+    logging.getLogger("stagegan").setLevel(logging.WARNING)
+    logs_to_stderr()
+
+
+def logs_to_stderr():
+    """stagegan's log lines on stderr: stdout is the command's result."""
+    for handler in logging.getLogger("stagegan").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sys.stderr)
+
+
+def import_tensorflow():
+    """Import TensorFlow, and keep the native log lines of TensorFlow, XLA, gRPC and CUDA off
+    stderr for the rest of the process.
+
+    Native code writes to file descriptor 2 directly, at import and later (device set-up, a
+    multi-worker cluster's coordination service), whatever TF_CPP_MIN_LOG_LEVEL says; those
+    lines would bury stagegan's one-line errors. So descriptor 2 goes to /dev/null and Python's
+    `sys.stderr` (stagegan's messages, warnings, tracebacks) keeps the real stderr. Set
+    STAGEGAN_TF_LOGS=1 to see everything. A process that already imported TensorFlow (a
+    notebook, the tests) is left alone.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("STAGEGAN_TF_LOGS"):
+        import tensorflow  # noqa: F401
+
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    real = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+    except ImportError as e:
+        os.dup2(real, 2)
+        os.close(real)
+        raise ConfigError(
+            "tensorflow", f"cannot import TensorFlow ({e}); pip install tensorflow"
+        ) from None
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=encoding, errors="backslashreplace")

@@ -1,0 +1,1599 @@
+"""Run configs: YAML in, typed frozen records out, validated in one pass.
+
+Nothing here imports TensorFlow, so a broken file is reported in well under a second. What can
+only be checked once the networks exist (variable patterns, loss-term names, optimizer options,
+`devices.towers: auto`) is checked by `stagegan.training.trainer.Trainer` before the first
+step runs.
+
+A run config (every key but `task`, `batch_size` and `stages` has a default):
+
+    name: mog-ring
+    seed: 0
+    deterministic: false
+    task: mog2d                  # built-in task name, or "package.module:factory"
+    data: {layout: ring}         # task options, checked by the task
+    model: {}
+    loss: {}
+    batch_size: 256              # the global batch, split evenly across towers
+    devices: {towers: auto, variables: auto}   # auto: CPU, one GPU, or mirrored over several
+    optimizers: {g: {type: adam, learning_rate: 1.0e-4}}
+    stages: alternating          # a file in stages/, a path, or an inline list
+    checkpoint: {every: 1000, keep: 3}
+    log: {every: 100, tensorboard: true, histograms: 0, progress: auto}
+    samples: {every: 500, count: null, seed: null, ema: true}   # null: no sample dumps
+    ema: null                    # {decay: 0.999, start: 0, network: generator}
+    eval: null                   # {every: 0, count: null, features: null}: eval in train
+    guard: {policy: skip, max_consecutive: 20}   # NaN/Inf guard: skip, stop or off
+    augment: null                # {ops: [color, translation, cutout], p: 1.0, target: null}
+"""
+
+import copy
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from stagegan.config.resources import builtin_names, find_yaml
+from stagegan.errors import ConfigError
+
+MODES = ("sequential", "simultaneous")
+# `type:` of an optimizer spec -> its Keras class in `keras.optimizers`.
+OPTIMIZER_TYPES = {
+    "sgd": "SGD",
+    "adam": "Adam",
+    "adamw": "AdamW",
+    "rmsprop": "RMSprop",
+    "adagrad": "Adagrad",
+    "adamax": "Adamax",
+    "nadam": "Nadam",
+    "lion": "Lion",
+}
+# The optimizer an update gets when it names none: private to that update (DCGAN's settings).
+DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
+MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
+
+GUARD_POLICIES = ("skip", "stop", "off")
+REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
+STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment")
+# Augmentation ops (`stagegan.core.augment`) -> the uniform numbers each draws per image, besides
+# its gate.
+AUGMENT_OPS = {
+    "color": 3,
+    "translation": 2,
+    "cutout": 2,
+    "xflip": 0,
+    "rotate90": 1,
+    "xint": 2,
+    "brightness": 1,
+    "contrast": 1,
+    "saturation": 1,
+}
+AUGMENT_DEFAULTS = {
+    "ops": ["color", "translation", "cutout"],
+    "p": 1.0,
+    "target": None,
+    "speed": 100000,
+    "interval": 4,
+}
+INHERIT = "inherit"  # a stage without `augment:` uses the run's
+UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode")
+UNTIL_KEYS += ("check_every", "min_steps", "restore")
+KEEP_BEST_KEYS = ("metric", "mode")
+UNTIL_CHECK_EVERY = 100
+# Eval metrics whose direction `until: {eval: ...}` knows (the last part of the name);
+# any other needs `mode: min` or `mode: max`.
+LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl", "c2st", "structure")
+HIGHER_IS_BETTER = ("psnr", "ssim", "modes", "high_quality")
+HIGHER_IS_BETTER += ("precision", "recall", "density", "coverage")
+UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every", "lazy")
+# Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
+LAZY_DEFAULTS = {
+    "sgd": {"learning_rate": 0.01},
+    "adam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "adamw": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "rmsprop": {"learning_rate": 0.001},
+    "adagrad": {"learning_rate": 0.001},
+    "adamax": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "nadam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
+    "lion": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.99},
+}
+STAGE_FILE_KEYS = ("description", "optimizers", "stages")
+
+
+# Records ------------------------------------------------------------------------------------
+
+
+# The schema --------------------------------------------------------------------------------
+# A section's record is its schema: each field carries its default, its check and whether
+# `--set` may change it on resume (`option`). `build_section` walks the fields; the defaults
+# (`defaults`) and resume's rules (`resumable_keys`) are read from the same fields. A new key
+# of such a section is one `option` line.
+
+
+def option(default, check, resume=False):
+    """A config field: `default`, `check(value, key) -> value` (raises `ConfigError(key)`),
+    and whether a resumed run may change it (`resume`)."""
+    return dataclasses.field(
+        default=default, metadata={"default": default, "check": check, "resume": resume}
+    )
+
+
+def integer(minimum=None):
+    return lambda value, key: _integer(value, key, minimum)
+
+
+def optional(check):
+    """`check`, or None passed through."""
+    return lambda value, key: None if value is None else check(value, key)
+
+
+def choice(names):
+    def check(value, key):
+        if value not in names:
+            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
+        return value
+
+    return check
+
+
+def boolean(value, key):
+    return _boolean(value, key)
+
+
+def string(value, key):
+    return _string(value, key)
+
+
+def defaults(record):
+    """`{field: default}` of a section's record."""
+    return {f.name: f.metadata["default"] for f in dataclasses.fields(record)}
+
+
+def build_section(record, value, key):
+    """The record of section `key` from its YAML mapping `value`: unknown keys refused,
+    defaults filled in (and written back into `value`, which is what `config.yaml` keeps),
+    each field checked."""
+    fields = dataclasses.fields(record)
+    _check_keys(_mapping(value, key), tuple(f.name for f in fields), key)
+    for f in fields:
+        value.setdefault(f.name, copy.deepcopy(f.metadata["default"]))
+    return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
+
+
+@dataclass(frozen=True)
+class LearningRateSchedule:
+    """A learning-rate schedule (`learning_rate: {schedule: ...}`), driven by the optimizer's
+    own iteration count: the updates it has applied (see `stagegan.core.optimizers.schedule`).
+
+    Attributes:
+        kind: constant, linear, cosine or exponential.
+        initial: the rate after warm-up.
+        final: where linear and cosine decays end, after `steps` iterations.
+        steps: the decay's length (exponential: the rate is multiplied by `decay_rate` every
+            `steps` iterations).
+        decay_rate, staircase: exponential only.
+        warmup: iterations of linear warm-up from 0 to `initial` before the schedule starts.
+    """
+
+    kind: str
+    initial: float
+    final: float = 0.0
+    steps: int = 0
+    decay_rate: float = 1.0
+    staircase: bool = False
+    warmup: int = 0
+
+    def describe(self):
+        """`linear(0.0005 -> 0 over 2000 iterations, warm-up 100)`."""
+        if self.kind == "constant":
+            text = f"{self.initial:g}"
+        elif self.kind == "exponential":
+            text = f"{self.initial:g} x {self.decay_rate:g} every {self.steps} iterations" + (
+                ", staircase" if self.staircase else ""
+            )
+        else:
+            text = f"{self.initial:g} -> {self.final:g} over {self.steps} iterations"
+        warmup = f", warm-up {self.warmup}" if self.warmup else ""
+        return f"{self.kind}({text}{warmup})"
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One optimizer: its Keras type and constructor options (learning_rate, beta_1, ...)."""
+
+    type: str
+    options: tuple  # sorted (name, value) pairs
+    lazy: int = 0  # n of the `lazy: true` updates it serves: options already scaled for it
+
+    def kwargs(self):
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class Update:
+    """One update of a stage: which variables it trains, on which loss, with which optimizer.
+
+    Attributes:
+        name: a label for logs, unique within the stage.
+        train: glob patterns over Keras variable paths (`generator/*`).
+        loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms
+            (for a lazy update, the config's weights times `every`).
+        optimizer: key into `RunConfig.optimizers`.
+        repeat: how many times it runs per stage step (sequential mode only).
+        every: it runs only on stage steps divisible by `every`.
+        key: where it sits in the config, for error messages.
+        lazy: StyleGAN2's lazy regularisation (`lazy: true`, see `_lazy_optimizers`).
+    """
+
+    name: str
+    train: tuple
+    loss: tuple
+    optimizer: str
+    repeat: int
+    every: int
+    key: str
+    lazy: bool = False
+
+    def is_active(self, stage_step):
+        """Whether this update runs on the given (0-based) step within its stage."""
+        return stage_step % self.every == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Until:
+    """A stage's end condition (`until:`), checked after every `check_every` steps of the
+    stage once `min_steps` are done; the stage's `steps` stay its upper bound. A `Threshold`
+    or a `Plateau`.
+    """
+
+    check_every: int
+    min_steps: int
+    key: str
+    restore: object = None  # "best": the stage's end rolls back to the best checkpoint
+
+    def condition(self):
+        raise NotImplementedError
+
+    def describe(self):
+        """`d/d_fake_accuracy (mean since the last check) > 0.9, checked every 100 steps`."""
+        after = f" from stage step {self.min_steps}" if self.min_steps else ""
+        restore = "; at its end, restore the best checkpoint" if self.restore else ""
+        return f"{self.condition()}, checked every {self.check_every} steps{after}{restore}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Threshold(Until):
+    """`until: {metric: ..., above|below: ...}`: the mean of a logged step metric
+    (`<update>/<term>`, `/loss`, `/grad_norm`) over the steps since the last check is above
+    (`sign` ">") or below ("<") `value`."""
+
+    metric: str
+    sign: str
+    value: float
+
+    def condition(self):
+        return f"{self.metric} (mean since the last check) {self.sign} {self.value:g}"
+
+    def holds(self, mean):
+        return mean > self.value if self.sign == ">" else mean < self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plateau(Until):
+    """`until: {eval: ...}`: an evaluation metric has not improved by more than `min_delta`
+    for `patience` checks in a row (`mode`: min or max, which way is better)."""
+
+    eval: str
+    patience: int
+    min_delta: float
+    mode: str
+
+    def condition(self):
+        better = "lower" if self.mode == "min" else "higher"
+        return (
+            f"eval {self.eval} ({better} is better) has not improved by more than "
+            f"{self.min_delta:g} for {self.patience} checks"
+        )
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """An `augment:` section (see `stagegan.core.augment`): differentiable augmentation of every
+    image a discriminator sees.
+
+    Attributes:
+        ops: op names, in the order they are applied.
+        p: each op's probability per image; the starting value when adaptive.
+        target: the r_t that an adaptive p aims at (ADA: 0.6), or None for a fixed p.
+        speed: images over which an adaptive p can move by 1 (ADA: 500,000).
+        interval: discriminator updates between adjustments of an adaptive p.
+        key: where it was given (`augment`, `stages[1].augment`); one augmenter, with its own
+            p, per key.
+    """
+
+    ops: tuple
+    p: float
+    target: object
+    speed: int
+    interval: int
+    key: str
+
+    @property
+    def adaptive(self):
+        return self.target is not None
+
+    def describe(self):
+        """`color, translation, cutout; p 1`, or how an adaptive p moves."""
+        if self.adaptive:
+            how = (
+                f"p adaptive from {self.p:g} towards r_t {self.target:g} (adjusted every "
+                f"{self.interval} D updates by up to batch x {self.interval} / {self.speed})"
+            )
+        else:
+            how = f"p {self.p:g}"
+        return f"{', '.join(self.ops)}; {how}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (a
+    `Threshold` or a `Plateau`, else None) it may end earlier. `augment`: the `AugmentConfig`
+    its discriminator inputs go through (the run's unless the stage sets its own), or None."""
+
+    name: str
+    steps: int
+    mode: str
+    updates: tuple
+    key: str
+    until: object = None
+    augment: object = None
+
+
+def _towers(towers, key):
+    if isinstance(towers, bool):
+        raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+    if isinstance(towers, int):
+        if towers < 1:
+            raise ConfigError(key, f"must be at least 1. Received: {towers}")
+        return towers
+    if isinstance(towers, str):
+        if towers != "auto":
+            raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+        return towers
+    if isinstance(towers, list):
+        if not towers or not all(isinstance(d, str) and d for d in towers):
+            raise ConfigError(
+                key, f"must be a non-empty list of device names. Received: {towers!r}"
+            )
+        if len(set(towers)) != len(towers):
+            raise ConfigError(key, f"lists a device twice: {towers!r}")
+        return tuple(towers)
+    raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
+
+
+STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "auto")
+
+
+def _precision(precision, key):
+    if not (isinstance(precision, bool) or precision in ("float16", "bfloat16")):
+        raise ConfigError(
+            key,
+            "must be float16, bfloat16 or false (true: float16 on GPUs, bfloat16 on CPUs). "
+            f"Received: {precision!r}",
+        )
+    return precision
+
+
+@dataclass(frozen=True)
+class DevicesConfig:
+    """`devices:`. `auto`: the layout that suits the visible devices (`placement`)."""
+
+    towers: object = option("auto", _towers, resume=True)  # int, "auto", or device names
+    variables: str = option("auto", string, resume=True)  # a device name, or "auto"
+    strategy: str = option("auto", choice(STRATEGIES), resume=True)
+    jit: bool = option(False, boolean, resume=True)  # compile each replica's pass with XLA
+    # False | "float16" | "bfloat16" | True (see `precision`)
+    mixed_precision: object = option(False, _precision)
+
+
+def _keep_best(value, key):
+    return _parse_keep_best(value)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = option(1000, integer(0), resume=True)  # 0: at stage ends and the run's end
+    keep: int = option(3, integer(1))
+    keep_best: object = option(None, _keep_best)  # a KeepBest, or None
+
+
+@dataclass(frozen=True)
+class KeepBest:
+    """`checkpoint.keep_best: {metric: fid, mode: min}`: the checkpoint of the best in-train
+    evaluation (`eval:`, or an `until` plateau's) is tagged `best` and never rotated away."""
+
+    metric: str
+    mode: str  # min | max: which way is better
+
+    def describe(self):
+        better = "lowest" if self.mode == "min" else "highest"
+        return f"keep best: the checkpoint of the {better} eval {self.metric}, tagged best"
+
+
+PROGRESS = ("auto", "bar", "lines")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Console, `metrics.jsonl` and TensorBoard output.
+
+    `every`: log (console, metrics, TensorBoard scalars) every this many steps and at stage
+    ends. `histograms`: weight and gradient histograms every this many steps (0: at stage ends
+    only). `progress`: `bar` (a live progress bar), `lines` (plain log lines) or `auto` (a bar
+    when stdout is a terminal).
+    """
+
+    every: int = option(100, integer(1), resume=True)
+    tensorboard: bool = option(True, boolean)
+    histograms: int = option(0, integer(0), resume=True)
+    progress: str = option("auto", choice(PROGRESS))
+
+
+@dataclass(frozen=True)
+class SamplesConfig:
+    """Sample dumps: every `every` steps (0: stage ends only) and at every stage end, `count`
+    samples (None: the task's `sample_count`) from inputs fixed at the start of the run from
+    `seed` (None: the run seed). `ema`: sample from the EMA weights when the run has an EMA."""
+
+    every: int = option(500, integer(0), resume=True)
+    count: int = option(None, optional(integer(1)))
+    seed: int = option(None, optional(lambda value, key: check_seed(value, key)))
+    ema: bool = option(True, boolean)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
+    `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
+    `package.module:function` for FID/KID; `batch_size`: images per forward pass in
+    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`).
+    Evaluation reads the weights and writes only its own records: all of it may change on
+    resume."""
+
+    every: int = option(0, integer(0), resume=True)
+    count: object = option(None, optional(integer(4)), resume=True)
+    features: object = option(None, optional(string), resume=True)
+    batch_size: object = option(None, optional(integer(1)), resume=True)
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """The NaN/Inf guard. Every update's loss terms and gradients are checked for finiteness
+    inside the step, in every tower. `skip`: a non-finite update is not applied (and logged);
+    after `max_consecutive` skips in a row of one update the run stops. `stop`: the run stops
+    at the first one. `off`: no check (for measuring the guard's cost; checkpoints are still
+    never written with non-finite weights)."""
+
+    policy: str = option("skip", choice(GUARD_POLICIES))
+    max_consecutive: int = option(20, integer(1))
+
+
+def _init_run(value, key):
+    if value is None:
+        raise ConfigError(key, "required key is missing (the run folder to start from)")
+    return _string(value, key)
+
+
+def _patterns(only, key):
+    if isinstance(only, str):
+        only = [only]
+    if not isinstance(only, list) or not only or not all(isinstance(p, str) and p for p in only):
+        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {only!r}")
+    return tuple(only)
+
+
+@dataclass(frozen=True)
+class InitConfig:
+    """A warm start (`train --init-from RUN`): the networks (and the EMA, when both runs keep
+    one) start from the weights of checkpoint `checkpoint` (a global step; None: the newest)
+    of run folder `run`, by variable path; `only` (glob patterns, None: every network
+    variable) restricts which. Optimizers, the step and the random streams start fresh."""
+
+    run: str = option(None, _init_run)
+    checkpoint: object = option(None, optional(integer(0)))  # int, or None for the newest
+    only: object = option(None, optional(_patterns))  # tuple of patterns, or None
+
+
+def _decay(value, key):
+    decay = _number(value, key)
+    if not 0 <= decay < 1:
+        raise ConfigError(key, f"must be in [0, 1). Received: {decay}")
+    return decay
+
+
+@dataclass(frozen=True)
+class EmaConfig:
+    """An exponential moving average of one network's weights, used for sampling.
+
+    From global step `start` on, after every step: ema = decay * ema + (1 - decay) * weights.
+    Before `start` the average simply follows the weights.
+    """
+
+    decay: float = option(0.999, _decay)
+    start: int = option(0, integer(0))
+    network: str = option("generator", string)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole validated run config.
+
+    `optimizers` maps every optimizer key to its spec: the named ones from `optimizers:` that
+    some update uses (`shared` holds those), plus one private entry per update that gave an
+    inline spec or none (keyed by that update's config key).
+    """
+
+    name: str
+    seed: int
+    deterministic: bool
+    task: str
+    data: dict
+    model: dict
+    loss: dict
+    batch_size: int
+    devices: DevicesConfig
+    optimizers: dict
+    shared: frozenset
+    stages: tuple
+    checkpoint: CheckpointConfig
+    log: LogConfig
+    samples: object  # SamplesConfig, or None when disabled
+    ema: object  # EmaConfig, or None when disabled
+    eval: object  # EvalConfig, or None when disabled
+    guard: GuardConfig
+    init: object  # InitConfig, or None for a cold start
+    augment: object  # AugmentConfig, or None: the run's augmentation (stages may differ)
+    raw: dict  # the resolved config, stages inlined: what `config.yaml` in a run folder holds
+
+    @property
+    def total_steps(self):
+        return sum(stage.steps for stage in self.stages)
+
+    def used_terms(self, stages=None):
+        """The loss terms the updates of `stages` (default: every stage) train on."""
+        chosen = self.stages if stages is None else stages
+        return {term for stage in chosen for update in stage.updates for term, _ in update.loss}
+
+    def to_yaml(self):
+        return yaml_dump(self.raw)
+
+
+# Sections with a record (`build_section`), by key; `samples` may be null (no dumps), the
+# optional ones are null unless given.
+SECTION_RECORDS = {
+    "devices": DevicesConfig,
+    "checkpoint": CheckpointConfig,
+    "log": LogConfig,
+    "samples": SamplesConfig,
+    "guard": GuardConfig,
+}
+OPTIONAL_RECORDS = {"ema": EmaConfig, "eval": EvalConfig, "init": InitConfig}
+TOP_LEVEL_DEFAULTS = {
+    "name": "run",
+    "seed": 0,
+    "deterministic": False,
+    "data": {},
+    "model": {},
+    "loss": {},
+    "devices": defaults(DevicesConfig),
+    "optimizers": {},
+    "checkpoint": defaults(CheckpointConfig),
+    "log": defaults(LogConfig),
+    "samples": defaults(SamplesConfig),
+    "ema": None,
+    "eval": None,
+    "guard": defaults(GuardConfig),
+    "init": None,
+    "augment": None,
+}
+DEVICES_DEFAULTS = TOP_LEVEL_DEFAULTS["devices"]
+EMA_DEFAULTS = defaults(EmaConfig)
+INIT_DEFAULTS = defaults(InitConfig)
+EVAL_DEFAULTS = defaults(EvalConfig)
+
+
+def resumable_keys():
+    """The key paths that `--set` may change on resume, by the records' field metadata."""
+    records = {**SECTION_RECORDS, **OPTIONAL_RECORDS}
+    return tuple(
+        f"{key}.{f.name}"
+        for key, record in records.items()
+        for f in dataclasses.fields(record)
+        if f.metadata["resume"]
+    )
+
+
+# Loading ------------------------------------------------------------------------------------
+
+
+# Limits on what a YAML file or `--set` value may hold. Configs are a few KiB and nest a few
+# levels; past these, parsing would not end (an alias bomb: 10**9 values from 600 bytes, once
+# walked), overflow the stack (the composer and every walk of a config recurse) or fill memory.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 100
+MAX_YAML_ALIASES = 2000
+MAX_YAML_ALIAS_VALUES = 100_000  # values that aliases add, each counted expanded
+
+
+class YamlLimit(yaml.YAMLError):
+    """A YAML document over one of the limits above: `problem` says which, `problem_mark` where."""
+
+    def __init__(self, problem, mark):
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-4` as a float (YAML 1.1 needs `1.0e-4`), and refuses a
+    document over the limits above while composing it, before anything is expanded."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        self._alias_values = 0
+        self._expanded = {}  # id(node) -> (values, depth) of a node, aliases expanded
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._count_alias(event, node)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YamlLimit(
+                    f"YAML nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _count_alias(self, event, node):
+        mark = event.start_mark
+        if node.end_mark is None:  # its collection is still open: the alias is inside it
+            raise YamlLimit(f"YAML alias *{event.anchor} is used inside its own anchor", mark)
+        self._aliases += 1
+        if self._aliases > MAX_YAML_ALIASES:
+            raise YamlLimit(f"more than {MAX_YAML_ALIASES} YAML aliases", mark)
+        values, depth = self._size(node)
+        self._alias_values += values
+        if self._alias_values > MAX_YAML_ALIAS_VALUES:
+            raise YamlLimit(
+                f"YAML aliases expand to more than {MAX_YAML_ALIAS_VALUES:,} values "
+                "(an alias bomb?)",
+                mark,
+            )
+        if self._depth + depth > MAX_YAML_DEPTH:
+            raise YamlLimit(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", mark)
+
+    def construct_object(self, node, deep=False):
+        # A value that matches a YAML type but that Python refuses (an integer of 5,000
+        # digits, month 13 of a date) is broken YAML at that node, not a crash.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as e:
+            problem = str(e).split(";")[0]  # not Python's advice on sys.set_int_max_str_digits
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+    def _size(self, node):
+        """`(values, depth)` of a finished node with its aliases expanded; memoised, so that
+        a chain of aliases costs one visit per node, not one per expanded value."""
+        known = self._expanded.get(id(node))
+        if known is not None:
+            return known
+        children = []
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        sizes = [self._size(child) for child in children]
+        known = (1 + sum(v for v, _ in sizes), 1 + max((d for _, d in sizes), default=0))
+        self._expanded[id(node)] = known
+        return known
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """SafeDumper that quotes what `_Loader` would read back as another type (the string
+    `1e-4`), so a saved config loads as it was."""
+
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+for _cls in (_Loader, ConfigDumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def yaml_load(text):
+    """Parse YAML text with stagegan's loader.
+
+    Raises:
+        yaml.YAMLError: broken YAML; `YamlLimit` for a document over the limits (aliases,
+            nesting; the caller checks the size).
+    """
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_dump(value):
+    """YAML text of a config (or part of one) that `yaml_load` reads back as it is."""
+    return yaml.dump(value, Dumper=ConfigDumper, sort_keys=False, default_flow_style=None)
+
+
+def describe_yaml_error(error, source):
+    """One line for a `yaml.YAMLError` from `yaml_load` of `source` (a file, `--set value`)."""
+    if isinstance(error, yaml.reader.ReaderError):
+        return (
+            f"{source} is not YAML text: character #x{error.character:04x} at offset "
+            f"{error.position} is not allowed"
+        )
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or "invalid YAML"
+    if isinstance(error, YamlLimit):
+        return f"{source} is refused{where}: {problem}"
+    return f"broken YAML in {source}{where}: {problem}"
+
+
+def read_yaml(path, key):
+    """Read a YAML file into a mapping; any problem (a missing, unreadable, binary or
+    over-large file, broken YAML, a document over the limits) is a ConfigError naming `key`
+    and the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)  # never more: a huge file, a device
+    except FileNotFoundError:
+        raise ConfigError(key, f"file not found: {path}") from None
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError(key, f"{path} is larger than {MAX_YAML_BYTES >> 20} MiB, the limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            key, f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+    try:
+        data = yaml_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(key, describe_yaml_error(e, path)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(key, f"{path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(path=None, overrides=()):
+    """Load, override and validate a run config.
+
+    Args:
+        path: a YAML file, a preset name from `configs/`, or None for `configs/default.yaml`.
+        overrides: `key.path=value` strings (values parsed as YAML), applied in order.
+
+    Returns:
+        A `RunConfig`.
+
+    Raises:
+        ConfigError: naming the key or file at fault.
+    """
+    name = "default" if path is None else path
+    found = find_yaml("configs", name)
+    if found is None:
+        raise ConfigError(
+            "--config",
+            f"no such file or preset: {name!r} (presets: {', '.join(builtin_names('configs'))})",
+        )
+    raw = read_yaml(found, "--config")
+    raw = apply_overrides(raw, overrides)
+    return parse_config(raw)
+
+
+def parse_config(raw):
+    """Validate a raw config mapping into a `RunConfig` (stage references resolved)."""
+    raw = copy.deepcopy(raw)
+    _check_keys(raw, tuple(TOP_LEVEL_DEFAULTS) + REQUIRED_TOP_LEVEL, "")
+    for key in REQUIRED_TOP_LEVEL:
+        if key not in raw:
+            raise ConfigError(key, "required key is missing")
+    file_optimizers = {}
+    if isinstance(raw["stages"], str):
+        raw["stages"], file_optimizers = _read_stage_file(raw["stages"])
+    _check_finite(raw)
+    _check_finite(file_optimizers, ("optimizers",))
+    resolved = {}
+    for key, default in TOP_LEVEL_DEFAULTS.items():
+        value = raw.get(key, copy.deepcopy(default))
+        if key in SECTION_RECORDS:
+            if key == "samples" and value is None:
+                resolved[key] = None
+                continue
+            value = {**default, **_mapping(value, key)}
+        resolved[key] = value
+    resolved.update({key: raw[key] for key in REQUIRED_TOP_LEVEL})
+    resolved["optimizers"] = {**file_optimizers, **_mapping(resolved["optimizers"], "optimizers")}
+
+    name = _string(resolved["name"], "name")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ConfigError("name", f"must be letters, digits, '-', '_' or '.'. Received: {name!r}")
+    devices = build_section(DevicesConfig, resolved["devices"], "devices")
+    # That it divides across the replicas is checked with the devices (`placement`).
+    batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
+    named = {
+        key: _parse_optimizer(spec, format_key_path(("optimizers", key)))
+        for key, spec in resolved["optimizers"].items()
+    }
+    augment = _parse_augment(resolved["augment"], "augment")
+    stages, optimizers, shared = _parse_stages(resolved["stages"], named, augment)
+    optimizers = _lazy_optimizers(stages, optimizers, shared)
+    checkpoint = build_section(CheckpointConfig, resolved["checkpoint"], "checkpoint")
+    log = build_section(LogConfig, resolved["log"], "log")
+    guard = resolved["guard"]
+    if guard.get("policy") is False:  # YAML reads a bare `off` as false
+        guard["policy"] = "off"
+    guard = build_section(GuardConfig, guard, "guard")
+    task = _string(resolved["task"], "task")
+    # Keep only the named optimizers that are used, so the saved config stays honest.
+    resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
+    keep_best = checkpoint.keep_best
+    _check_keep_best(keep_best, stages, resolved.get("eval"))
+    if keep_best is not None and devices.strategy == "multi_worker":
+        # Only the chief evaluates: the workers could not agree on the best or roll back alike.
+        raise ConfigError(
+            "checkpoint.keep_best",
+            "is not available with devices.strategy: multi_worker (only the chief evaluates)",
+        )
+    return RunConfig(
+        name=name,
+        seed=check_seed(resolved["seed"], "seed"),
+        deterministic=_boolean(resolved["deterministic"], "deterministic"),
+        task=task,
+        data=_mapping(resolved["data"], "data"),
+        model=_mapping(resolved["model"], "model"),
+        loss=_mapping(resolved["loss"], "loss"),
+        batch_size=batch_size,
+        devices=devices,
+        optimizers=optimizers,
+        shared=frozenset(shared),
+        stages=stages,
+        checkpoint=checkpoint,
+        log=log,
+        samples=_parse_samples(resolved),
+        ema=_optional_section(resolved, "ema"),
+        eval=_optional_section(resolved, "eval"),
+        init=_optional_section(resolved, "init"),
+        augment=augment,
+        guard=guard,
+        raw=resolved,
+    )
+
+
+def check_batch_divides(batch_size, replicas):
+    """The global batch is split evenly across replicas; anything else is a config error.
+    The one divisibility check: `placement` runs it on the resolved replicas, and `launch`
+    on its worker count (each worker holds at least one replica) before any worker starts."""
+    if batch_size % replicas:
+        raise ConfigError(
+            "batch_size",
+            f"{batch_size} does not divide evenly across {replicas} towers "
+            f"(use a multiple of {replicas})",
+        )
+
+
+# Overrides ----------------------------------------------------------------------------------
+
+_INDEX = re.compile(r"\[(-?\d+|\+)\]")
+APPEND = "+"  # `stages[+]=...`: append to a list
+
+
+def parse_key_path(path):
+    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']; `stages[-1]` ->
+    ['stages', -1] (the last); `stages[+]` -> ['stages', '+'] (append; only as the last part)."""
+    if not path.isprintable():
+        raise ConfigError("--set", f"malformed key path {path!r}")
+    parts = []
+    for piece in _INDEX.sub(r".\1", path).split("."):
+        if piece == "":
+            raise ConfigError("--set", f"malformed key path {path!r}")
+        parts.append(int(piece) if re.fullmatch(r"-?\d+", piece) else piece)
+    if APPEND in parts[:-1]:
+        raise ConfigError(path, "--set: [+] (append) may only end a key path")
+    return parts
+
+
+def unshare(value):
+    """A deep copy in which no mapping or list appears twice (YAML aliases become copies),
+    and tuples (YAML's `!!pairs`, `!!omap`) are lists, as a saved config reads them back."""
+    if isinstance(value, dict):
+        return {key: unshare(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unshare(item) for item in value]
+    return copy.deepcopy(value)
+
+
+def check_nesting(value, key):
+    """Refuse a config value given as a Python object (the API) that YAML could not give: one
+    nested deeper than `MAX_YAML_DEPTH`, holding itself, or holding more than a million values
+    once shared parts are counted each time (every walk of a config recurses, and copies)."""
+    stack, count = [(value, ())], 0
+    while stack:
+        item, ancestors = stack.pop()
+        count += 1
+        if count > 1_000_000:
+            raise ConfigError(key, "holds more than 1,000,000 values")
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        if id(item) in ancestors:
+            raise ConfigError(key, f"holds itself (a {type(item).__name__} inside itself)")
+        if len(ancestors) >= MAX_YAML_DEPTH:
+            raise ConfigError(key, f"is nested deeper than {MAX_YAML_DEPTH} levels")
+        stack.extend((child, (*ancestors, id(item))) for child in children)
+
+
+def _check_finite(value, parts=()):
+    """Refuse NaN and Inf anywhere in a raw config (`.nan`, `.inf` in YAML), naming the key:
+    no option of stagegan takes one, and one that slipped through would fail far from here."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, (*parts, index))
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(format_key_path(parts), f"must be a finite number. Received: {value}")
+
+
+def format_key_path(parts):
+    """`['stages', 1, 'steps']` -> `stages[1].steps`. A name that is empty or not printable
+    is shown quoted (`data.'a\\nb'`), so that an error naming it stays one line."""
+    text = ""
+    for part in parts:
+        if (isinstance(part, int) and not isinstance(part, bool)) or part == APPEND:
+            text += f"[{part}]"
+            continue
+        name = str(part)
+        if not name or not name.isprintable() or name != name.strip():
+            name = repr(part)
+        text += f".{name}" if text else name
+    return text
+
+
+def apply_overrides(raw, overrides):
+    """Apply `key.path=value` overrides to a raw config (returns a new mapping).
+
+    A path that reaches into `stages` or `optimizers` while `stages` is still a file reference
+    reads that file first, so `--set stages[2].steps=100` works with `stages: glcic`, and
+    `--set optimizers.d.learning_rate=1e-4` reaches the file's named optimizers. YAML anchors
+    are unshared first, so setting one use of an aliased mapping changes that use only.
+    `[+]` at the end of a path appends to a list: `--set 'stages[+]={name: more, ...}'`;
+    `[-1]` is a list's last item.
+    """
+    raw = unshare(raw)
+    for item in overrides:
+        if isinstance(item, tuple):  # (key path, value): the Python API's, value as it is
+            path_text, value = item
+            parts = parse_key_path(path_text)
+            value = unshare(value)
+        else:
+            path_text, parts, value = _parse_override(item)
+        if parts[0] in ("stages", "optimizers") and len(parts) > 1:
+            _inline_stage_file(raw, parts[0])
+        node = _override_parent(raw, parts, path_text)
+        last = parts[-1]
+        if last == APPEND or isinstance(last, int):
+            _check_index(node, parts, len(parts) - 1)
+            if last == APPEND:
+                node.append(value)
+                continue
+        elif not isinstance(node, dict):
+            raise ConfigError(path_text, "--set: parent is not a mapping")
+        node[last] = value
+    return raw
+
+
+def _parse_override(item):
+    """`key.path=value` -> `(path text, key path parts, value parsed as YAML)`."""
+    if "=" not in item:
+        raise ConfigError("--set", f"expected key.path=value, got {item!r}")
+    path_text, value_text = item.split("=", 1)
+    path_text = path_text.strip()
+    parts = parse_key_path(path_text)
+    if len(value_text) > MAX_YAML_BYTES:
+        raise ConfigError(path_text, f"--set value is longer than {MAX_YAML_BYTES >> 20} MiB")
+    try:
+        value = yaml_load(value_text)
+    except YamlLimit as e:
+        raise ConfigError(path_text, describe_yaml_error(e, "--set value")) from None
+    except yaml.YAMLError:
+        raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
+    return path_text, parts, unshare(value)
+
+
+def _inline_stage_file(raw, section):
+    """Before an override reaches into `stages` or `optimizers`: read a stage file that
+    `stages` still names, so its stages and named optimizers can be changed."""
+    if not isinstance(raw.get("stages"), str):
+        return
+    stages, file_optimizers = _read_stage_file(raw["stages"])
+    if section == "stages":
+        raw["stages"] = unshare(stages)
+    given = _mapping(raw.get("optimizers") or {}, "optimizers")
+    raw["optimizers"] = {**unshare(file_optimizers), **given}
+
+
+def _override_parent(raw, parts, path_text):
+    """The mapping or list that an override's last key path part is set in."""
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        if isinstance(part, int):
+            _check_index(node, parts, depth)
+            node = node[part]
+            continue
+        where = format_key_path(parts[: depth + 1])
+        if not isinstance(node, dict):
+            raise ConfigError(where, f"--set: {format_key_path(parts[:depth])} is not a mapping")
+        section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
+        if (section is None or isinstance(section, dict)) and node.get(part) is None:
+            # An absent or null section starts from its defaults (`ema`: none, so {}).
+            node[part] = copy.deepcopy(section or {})
+        following = parts[depth + 1]
+        if node.get(part) is None and (following == APPEND or isinstance(following, int)):
+            _check_index(None, parts, depth + 1)  # `stages[0]` with no stages
+        if part not in node:
+            raise ConfigError(where, "--set: unknown key")
+        node = node[part]
+    return node
+
+
+def _check_index(node, parts, depth):
+    """Refuse an override whose `parts[depth]` (an index, or `+` to append) cannot apply to
+    `node`, naming the key path up to it and saying why: no such list, not a list, out of
+    range."""
+    where, parent = format_key_path(parts[: depth + 1]), format_key_path(parts[:depth])
+    index = parts[depth]
+    if node is None:
+        what = "to append to" if index == APPEND else "to index"
+        raise ConfigError(where, f"--set: the config has no {parent} list {what}")
+    if not isinstance(node, list):
+        raise ConfigError(where, f"--set: {parent} is not a list. Received: {node!r}")
+    if index != APPEND and not -len(node) <= index < len(node):
+        items = f"has {len(node)} items ({parent}[0] to {parent}[{len(node) - 1}])"
+        raise ConfigError(
+            where, f"--set: index out of range: {parent} {items if node else 'is empty'}"
+        )
+
+
+# Pieces -------------------------------------------------------------------------------------
+
+
+def _read_stage_file(reference):
+    path = find_yaml("stages", reference)
+    if path is None:
+        raise ConfigError(
+            "stages",
+            f"no such stage file or built-in schedule: {reference!r} "
+            f"(built-in: {', '.join(builtin_names('stages'))})",
+        )
+    data = read_yaml(path, "stages")
+    _check_keys(data, STAGE_FILE_KEYS, f"stages ({path})")
+    if "stages" not in data:
+        raise ConfigError("stages", f"{path} has no 'stages' list")
+    return data["stages"], _mapping(data.get("optimizers", {}), f"optimizers ({path})")
+
+
+def _optional_section(resolved, key):
+    """An optional top-level section with a record (`OPTIONAL_RECORDS`): None (or false)
+    disables it; otherwise its record, its defaults written back into `resolved`."""
+    value = resolved[key]
+    if value is None or value is False:
+        resolved[key] = None
+        return None
+    resolved[key] = {**defaults(OPTIONAL_RECORDS[key]), **_mapping(value, key)}
+    return build_section(OPTIONAL_RECORDS[key], resolved[key], key)
+
+
+def _parse_samples(resolved):
+    """`samples:`, its seed the run's unless given; None: no sample dumps."""
+    value = resolved["samples"]
+    if value is None:
+        return None
+    samples = build_section(SamplesConfig, value, "samples")
+    if samples.seed is None:
+        samples = dataclasses.replace(samples, seed=check_seed(resolved["seed"], "seed"))
+    return samples
+
+
+def chunk_size(config):
+    """Images per forward pass when evaluating or sampling (`eval.batch_size`, else the run's
+    `batch_size`), so their peak memory does not grow with the number of images."""
+    if config.eval is not None and config.eval.batch_size is not None:
+        return config.eval.batch_size
+    return config.batch_size
+
+
+def _parse_optimizer(spec, key):
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    spec = _mapping(spec, key)
+    kind = spec.get("type")
+    if kind is None:
+        raise ConfigError(f"{key}.type", "required key is missing")
+    if not isinstance(kind, str) or kind.lower() not in OPTIMIZER_TYPES:
+        raise ConfigError(
+            f"{key}.type", f"unknown optimizer {kind!r} (known: {', '.join(OPTIMIZER_TYPES)})"
+        )
+    options = {k: v for k, v in spec.items() if k != "type"}
+    for name, value in options.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(format_key_path((key, name)), "not a valid option name")
+        if name == "learning_rate" and isinstance(value, dict):
+            options[name] = _parse_schedule(value, f"{key}.learning_rate")
+        elif isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}.{name}", f"must be a scalar. Received: {value!r}")
+        elif name == "learning_rate":
+            _number(value, f"{key}.learning_rate", positive=True)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}.{name}", f"must be a finite number. Received: {value}")
+    return OptimizerSpec(type=kind.lower(), options=tuple(sorted(options.items())))
+
+
+# The keys of each learning-rate schedule: required, and optional with their defaults.
+SCHEDULE_KEYS = {
+    "constant": (("initial",), {}),
+    "linear": (("initial", "steps"), {"final": 0.0}),
+    "cosine": (("initial", "steps"), {"final": 0.0}),
+    "exponential": (("initial", "steps", "decay_rate"), {"staircase": False}),
+}
+
+
+def _parse_schedule(value, key):
+    """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`."""
+    kind = value.get("schedule")
+    if not isinstance(kind, str) or kind not in SCHEDULE_KEYS:
+        where = f"{key}.schedule"
+        if kind is None:
+            known = ", ".join(SCHEDULE_KEYS)
+            raise ConfigError(where, f"required key is missing (one of: {known})")
+        raise ConfigError(where, f"must be one of {', '.join(SCHEDULE_KEYS)}. Received: {kind!r}")
+    required, optional = SCHEDULE_KEYS[kind]
+    _check_keys(value, ("schedule", *required, *optional, "warmup"), key)
+    for name in required:
+        if name not in value:
+            raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
+    fields = {"kind": kind, "warmup": _integer(value.get("warmup", 0), f"{key}.warmup", 0)}
+    fields["initial"] = _number(value["initial"], f"{key}.initial", positive=True)
+    if "steps" in required:
+        fields["steps"] = _integer(value["steps"], f"{key}.steps", minimum=1)
+    if "final" in optional:
+        final = _number(value.get("final", 0.0), f"{key}.final")
+        if not 0 <= final <= fields["initial"]:
+            raise ConfigError(
+                f"{key}.final",
+                f"must be between 0 and initial ({fields['initial']:g}). Received: {final:g}",
+            )
+        fields["final"] = final
+    if kind == "exponential":
+        rate = _number(value["decay_rate"], f"{key}.decay_rate", positive=True)
+        fields["decay_rate"] = rate
+        fields["staircase"] = _boolean(value.get("staircase", False), f"{key}.staircase")
+    return LearningRateSchedule(**fields)
+
+
+def _parse_augment(value, key):
+    """An `augment:` mapping -> `AugmentConfig`; None (or absent) -> None."""
+    if value is None:
+        return None
+    spec = {**AUGMENT_DEFAULTS, **_mapping(value, key)}
+    _check_keys(spec, tuple(AUGMENT_DEFAULTS), key)
+    ops = spec["ops"]
+    if isinstance(ops, str):
+        ops = [ops]
+    if not isinstance(ops, list) or not ops:
+        raise ConfigError(f"{key}.ops", f"must be a non-empty list of ops. Received: {ops!r}")
+    for op in ops:
+        if not isinstance(op, str) or op not in AUGMENT_OPS:
+            raise ConfigError(f"{key}.ops", f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
+    if len(set(ops)) != len(ops):
+        raise ConfigError(f"{key}.ops", f"names an op twice. Received: {ops!r}")
+    p = _number(spec["p"], f"{key}.p")
+    if not 0 <= p <= 1:
+        raise ConfigError(f"{key}.p", f"must be between 0 and 1. Received: {p:g}")
+    target = spec["target"]
+    if target is not None:
+        target = _number(target, f"{key}.target")
+        if not -1 < target < 1:
+            raise ConfigError(
+                f"{key}.target", f"must be between -1 and 1 (an r_t). Received: {target:g}"
+            )
+    return AugmentConfig(
+        ops=tuple(ops),
+        p=float(p),
+        target=target,
+        speed=_integer(spec["speed"], f"{key}.speed", minimum=1),
+        interval=_integer(spec["interval"], f"{key}.interval", minimum=1),
+        key=key,
+    )
+
+
+def _parse_stages(value, named, augment=None):
+    if not isinstance(value, list) or not value:
+        raise ConfigError("stages", f"must be a non-empty list of stages. Received: {value!r}")
+    stages, optimizers, shared, names = [], {}, set(), set()
+    for i, stage_raw in enumerate(value):
+        key = f"stages[{i}]"
+        stage_raw = _mapping(stage_raw, key)
+        _check_keys(stage_raw, STAGE_KEYS, key)
+        for required in ("name", "steps", "updates"):
+            if required not in stage_raw:
+                raise ConfigError(f"{key}.{required}", "required key is missing")
+        name = _string(stage_raw["name"], f"{key}.name")
+        if name in names:
+            raise ConfigError(f"{key}.name", f"stage name {name!r} is used twice")
+        names.add(name)
+        steps = _integer(stage_raw["steps"], f"{key}.steps", minimum=1)
+        mode = stage_raw.get("mode", "sequential")
+        if mode not in MODES:
+            raise ConfigError(
+                f"{key}.mode", f"must be one of {', '.join(MODES)}. Received: {mode!r}"
+            )
+        updates_raw = stage_raw["updates"]
+        if not isinstance(updates_raw, list) or not updates_raw:
+            raise ConfigError(f"{key}.updates", "must be a non-empty list of updates")
+        updates, update_names = [], set()
+        for j, update_raw in enumerate(updates_raw):
+            update = _parse_update(
+                update_raw, f"{key}.updates[{j}]", mode, named, optimizers, shared
+            )
+            if update.name in update_names:
+                update = dataclasses.replace(update, name=f"{update.name}{j}")
+            update_names.add(update.name)
+            updates.append(update)
+        until = None
+        if stage_raw.get("until") is not None:
+            until = _parse_until(stage_raw["until"], f"{key}.until", steps)
+        own = stage_raw.get("augment", INHERIT)
+        stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
+        stages.append(
+            Stage(
+                name=name,
+                steps=steps,
+                mode=mode,
+                updates=tuple(updates),
+                key=key,
+                until=until,
+                augment=stage_augment,
+            )
+        )
+    return tuple(stages), optimizers, shared
+
+
+def _metric_mode(value, name, key):
+    """The `mode` of an eval metric (`value`, or the default its name implies)."""
+    last = name.rsplit("/", 1)[-1]
+    default = "min" if last in LOWER_IS_BETTER else "max" if last in HIGHER_IS_BETTER else None
+    mode = default if value is None else value
+    if mode not in ("min", "max"):
+        raise ConfigError(
+            f"{key}.mode",
+            f"must be min or max (which way {name!r} is better). Received: {mode!r}",
+        )
+    return mode
+
+
+def _parse_keep_best(value):
+    """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
+    if value is None:
+        return None
+    key = "checkpoint.keep_best"
+    if isinstance(value, str):
+        value = {"metric": value}
+    value = _mapping(value, key)
+    _check_keys(value, KEEP_BEST_KEYS, key)
+    if value.get("metric") is None:
+        raise ConfigError(f"{key}.metric", "required key is missing (an eval metric, e.g. fid)")
+    name = _string(value["metric"], f"{key}.metric")
+    return KeepBest(metric=name, mode=_metric_mode(value.get("mode"), name, key))
+
+
+def _check_keep_best(keep_best, stages, eval_section):
+    """`keep_best` needs evaluations to rank (`eval:` or an `until` plateau); `restore: best`
+    needs `keep_best`."""
+    plateaus = [s.until for s in stages if isinstance(s.until, Plateau)]
+    if keep_best is not None and eval_section is None and not plateaus:
+        raise ConfigError(
+            "checkpoint.keep_best",
+            "needs evaluations in training to rank checkpoints: add eval: {every: N} (or an "
+            "until with eval)",
+        )
+    for stage in stages:
+        if stage.until is not None and stage.until.restore and keep_best is None:
+            raise ConfigError(
+                f"{stage.until.key}.restore",
+                "best needs checkpoint.keep_best (which metric makes a checkpoint the best), "
+                "e.g. checkpoint: {keep_best: {metric: fid}}",
+            )
+
+
+def _parse_until(value, key, steps):
+    until = _mapping(value, key)
+    _check_keys(until, UNTIL_KEYS, key)
+    check_every = _integer(until.get("check_every", UNTIL_CHECK_EVERY), f"{key}.check_every", 1)
+    min_steps = _integer(until.get("min_steps", 0), f"{key}.min_steps", 0)
+    if min_steps >= steps:
+        raise ConfigError(
+            f"{key}.min_steps", f"must be below the stage's steps ({steps}). Received: {min_steps}"
+        )
+    kinds = [k for k in ("metric", "eval") if until.get(k) is not None]
+    if len(kinds) != 1:
+        raise ConfigError(
+            key,
+            "needs exactly one of metric (a threshold on a logged quantity) or eval (a plateau "
+            f"of an evaluation metric). Received: {until!r}",
+        )
+    restore = until.get("restore")
+    if restore not in (None, "best"):
+        raise ConfigError(
+            f"{key}.restore",
+            f"must be best (roll back to the best checkpoint at the stage's end) or null. "
+            f"Received: {restore!r}",
+        )
+    fields = {"check_every": check_every, "min_steps": min_steps, "key": key, "restore": restore}
+    if kinds == ["metric"]:
+        _check_unused(until, ("patience", "min_delta", "mode"), key, "metric")
+        bounds = [b for b in ("above", "below") if until.get(b) is not None]
+        if len(bounds) != 1:
+            raise ConfigError(key, "a metric threshold needs exactly one of above or below")
+        bound = bounds[0]
+        return Threshold(
+            metric=_string(until["metric"], f"{key}.metric"),
+            sign=">" if bound == "above" else "<",
+            value=_number(until[bound], f"{key}.{bound}"),
+            **fields,
+        )
+    _check_unused(until, ("above", "below"), key, "eval")
+    name = _string(until["eval"], f"{key}.eval")
+    mode = _metric_mode(until.get("mode"), name, key)
+    min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
+    if min_delta < 0:
+        raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")
+    return Plateau(
+        eval=name,
+        patience=_integer(until.get("patience", 3), f"{key}.patience", 1),
+        min_delta=min_delta,
+        mode=mode,
+        **fields,
+    )
+
+
+def _check_unused(mapping, keys, key, kind):
+    for name in keys:
+        if mapping.get(name) is not None:
+            raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kind}")
+
+
+def _parse_update(value, key, mode, named, optimizers, shared):
+    update = _mapping(value, key)
+    _check_keys(update, UPDATE_KEYS, key)
+    for required in ("train", "loss"):
+        if required not in update:
+            raise ConfigError(f"{key}.{required}", "required key is missing")
+    train = update["train"]
+    if isinstance(train, str):
+        train = [train]
+    if not isinstance(train, list) or not train or not all(isinstance(p, str) and p for p in train):
+        raise ConfigError(
+            f"{key}.train", f"must be a pattern or a list of patterns. Received: {train!r}"
+        )
+    loss = update["loss"]
+    if isinstance(loss, str):
+        loss = {loss: 1.0}
+    loss = _mapping(loss, f"{key}.loss")
+    if not loss:
+        raise ConfigError(f"{key}.loss", "must name at least one loss term")
+    for term in loss:
+        if not isinstance(term, str) or not term:
+            raise ConfigError(f"{key}.loss", f"loss term names must be strings. Received: {term!r}")
+    weights = tuple(
+        (term, _number(weight, format_key_path((key, "loss", term))))
+        for term, weight in loss.items()
+    )
+    repeat = _integer(update.get("repeat", 1), f"{key}.repeat", minimum=1)
+    every = _integer(update.get("every", 1), f"{key}.every", minimum=1)
+    lazy, weights = _parse_lazy(update, key, every, weights)
+    if mode == "simultaneous" and repeat != 1:
+        raise ConfigError(
+            f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
+        )
+    spec = update.get("optimizer")
+    if isinstance(spec, str) and spec in named:
+        optimizer = spec  # named: state shared with every update that names it
+        optimizers[spec] = named[spec]
+        shared.add(spec)
+    elif isinstance(spec, str) and spec.lower() not in OPTIMIZER_TYPES:
+        known = ", ".join(sorted(named)) or "none"
+        raise ConfigError(
+            f"{key}.optimizer", f"unknown optimizer {spec!r} (named optimizers: {known})"
+        )
+    else:
+        optimizer = key  # inline or omitted: private to this update
+        optimizers[key] = _parse_optimizer(
+            DEFAULT_OPTIMIZER if spec is None else spec, f"{key}.optimizer"
+        )
+    default_name = train[0].split("/", 1)[0].strip("*?[]") or "update"
+    name = _string(update.get("name", default_name), f"{key}.name")
+    return Update(
+        name=name,
+        train=tuple(train),
+        loss=weights,
+        optimizer=optimizer,
+        repeat=repeat,
+        every=every,
+        key=key,
+        lazy=lazy,
+    )
+
+
+def _parse_lazy(update, key, every, weights):
+    """`(lazy, weights)`: `lazy: true` multiplies the loss weights by `every` (StyleGAN2's
+    gain: a regulariser run every n steps, n times as strong)."""
+    lazy = _boolean(update.get("lazy", False), f"{key}.lazy")
+    if not lazy:
+        return False, weights
+    if every < 2:
+        raise ConfigError(
+            f"{key}.lazy",
+            "needs every: n > 1 (a lazy regulariser runs every n steps, its loss x n). "
+            f"Received: every {every}",
+        )
+    return True, tuple((term, weight * every) for term, weight in weights)
+
+
+def _lazy_optimizers(stages, optimizers, shared):
+    """`optimizers` with the optimizer of every `lazy: true` update scaled as StyleGAN2 does
+    (stylegan2-ada-pytorch `training_loop.py`, `mb_ratio`): its learning rate times
+    c = n / (n + 1) and its betas raised to c, n the update's `every`.
+
+    The optimizer is the one the lazy update shares with the main update of its network:
+    over n stage steps it takes n + 1 steps (n main, 1 regulariser), and c makes them move
+    the weights and decay the moments as n steps would. Every update using it runs at the
+    scaled rate, as StyleGAN2's main phase does.
+
+    Raises:
+        ConfigError: on `lazy` when its optimizer is private, or is used by lazy updates
+            only (nothing to share the steps with), or by lazy updates of different `every`.
+    """
+    users = {}
+    for stage in stages:
+        for update in stage.updates:
+            users.setdefault(update.optimizer, []).append(update)
+    scaled = dict(optimizers)
+    for key, updates in users.items():
+        lazy = [u for u in updates if u.lazy]
+        if not lazy:
+            continue
+        first = lazy[0]
+        if key not in shared or len(lazy) == len(updates):
+            alone = "its optimizer is private"
+            if key in shared:
+                alone = f"optimizer {key!r} serves only lazy updates"
+            raise ConfigError(
+                f"{first.key}.lazy",
+                "scales the optimizer the update shares with the main update of its network "
+                f"(StyleGAN2: n + 1 optimizer steps per n batches), but {alone}; name an "
+                "optimizer from optimizers: that a non-lazy update of the same variables "
+                "uses too",
+            )
+        for other in lazy[1:]:
+            if other.every != first.every:
+                raise ConfigError(
+                    f"{other.key}.lazy",
+                    f"optimizer {key!r} is already scaled for {first.key} (every "
+                    f"{first.every}); lazy updates sharing it need the same every. "
+                    f"Received: every {other.every}",
+                )
+        scaled[key] = _lazy_spec(optimizers[key], first.every, format_key_path(("optimizers", key)))
+    return scaled
+
+
+def _lazy_spec(spec, every, key):
+    """`spec` with its learning rate times c = every / (every + 1) and its betas (Keras's
+    defaults where not given) raised to c; a schedule scales its `initial` and `final`."""
+    c = every / (every + 1)
+    options = dict(spec.options)
+    defaults = LAZY_DEFAULTS[spec.type]
+    rate = options.get("learning_rate", defaults["learning_rate"])
+    if isinstance(rate, LearningRateSchedule):
+        options["learning_rate"] = dataclasses.replace(
+            rate, initial=rate.initial * c, final=rate.final * c
+        )
+    else:
+        options["learning_rate"] = rate * c
+    for beta in ("beta_1", "beta_2"):
+        if beta in defaults:
+            value = _number(options.get(beta, defaults[beta]), f"{key}.{beta}")
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key}.{beta}", f"must be in [0, 1). Received: {value}")
+            options[beta] = value**c
+    return dataclasses.replace(spec, options=tuple(sorted(options.items())), lazy=every)
+
+
+def _check_keys(mapping, allowed, key):
+    for name in mapping:
+        if name not in allowed:
+            where = format_key_path((key, name) if key else (name,))
+            raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
+
+
+def _mapping(value, key):
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"must be a mapping. Received: {value!r}")
+    return value
+
+
+def _string(value, key):
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"must be a non-empty string. Received: {value!r}")
+    return value
+
+
+def _boolean(value, key):
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false. Received: {value!r}")
+    return value
+
+
+def check_seed(value, key):
+    """A seed: an integer in 0..2**32 - 1 (Keras seeds NumPy, which takes no more); else a
+    ConfigError naming `key` (a config key, or a flag such as `--seed`)."""
+    value = _integer(value, key, minimum=0)
+    if value > MAX_SEED:
+        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {value}")
+    return value
+
+
+def _integer(value, key, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer. Received: {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, f"must be at least {minimum}. Received: {value}")
+    return value
+
+
+def _number(value, key, positive=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"must be a number. Received: {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ConfigError(
+            key, "must be a finite number. Received: an integer beyond 1e308"
+        ) from None
+    if not math.isfinite(number):
+        raise ConfigError(key, f"must be a finite number. Received: {value}")
+    if positive and number <= 0:
+        raise ConfigError(key, f"must be positive. Received: {value}")
+    return number

@@ -1,0 +1,1 @@
+"""Image data: the sources (one registered class each) and `stagegan prepare`."""

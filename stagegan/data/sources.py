@@ -1,0 +1,1098 @@
+"""Image data sources. Each yields float32 images in [-1, 1], shape [H, W, C], and, with
+`labels`, int32 class indices.
+
+`ImageSource` serves one global batch at a time (the trainer splits it evenly across towers).
+In-memory sources draw random indices from the run's data stream; `folder` and `tfrecord`
+stream through seeded tf.data pipelines whose iterators are checkpointed (a folder: a fresh
+permutation of its files each epoch, decoded in parallel as needed; memory does not grow with
+the number of files).
+
+    type       options
+    shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
+               coloured circles, squares and triangles on varied backgrounds
+    folder     path, size, channels, cache (none | memory), labels (subfolders): PNG or JPEG
+               files under `path`, centre-cropped and resized; unreadable ones skipped (and
+               files that are not regular files: a fifo, a socket, a device)
+    npz        path, key ("images"), labels (an array name), classes: an array file; uint8
+               [0, 255] or float in [0, 1]
+    tfrecord   path (file or glob), image_feature ("image"), labels (an int64 feature name),
+               classes (required with labels): encoded PNG or JPEG bytes
+    mnist, fashion_mnist, cifar10: keras.datasets (downloaded once; offline, a clear error)
+"""
+
+import glob
+import logging
+import os
+import stat
+
+import numpy as np
+import tensorflow as tf
+
+from stagegan.config.memory import check_image_memory
+from stagegan.core.staging import pixels_to_float
+from stagegan.errors import ConfigError
+
+log = logging.getLogger("stagegan")
+
+DEFAULTS = {
+    "source": "shapes",
+    "path": None,
+    "size": 32,
+    "channels": 3,
+    "count": 8000,
+    "key": "images",
+    "image_feature": "image",
+    "shuffle_buffer": 10000,
+    "cache": "none",
+    "labels": None,
+    "classes": None,
+}
+
+
+# Shapes ---------------------------------------------------------------------------------------
+
+
+def draw_shapes(count, size, seed, channels=3, labels=False):
+    """`count` images of coloured shapes, uint8 [count, size, size, channels], from `seed`.
+
+    Each image has a background (a random colour with a linear gradient) and 1-3 shapes:
+    circles, squares or triangles of random colour, size and position. The same seed gives
+    the same images, byte for byte.
+
+    With `labels`, returns `(images, labels)`, where `labels` holds int arrays [count]:
+    `kind` (of the topmost shape that shows at least `VISIBLE` of the image: 0 circle,
+    1 square, 2 triangle, 3 none), `colour` (its colour, one bit per channel above 0.5: 0-7,
+    or 8 for none), `background` (the background's base colour, 0-7) and `shapes` (how many
+    shapes show, 0-3). These are what `stagegan.evaluation.shapes_net` learns; drawing them
+    changes no image.
+    """
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.0, 1.0, (count, 1, 1, 3))
+    slope = rng.uniform(-0.3, 0.3, (count, 1, 1, 2))
+    layers = []
+    for _ in range(3):
+        present = rng.uniform(size=count) < 0.7
+        kind = rng.integers(0, 3, count)
+        cx, cy = rng.uniform(0.2, 0.8, count), rng.uniform(0.2, 0.8, count)
+        radius = rng.uniform(0.12, 0.3, count)
+        colour = rng.uniform(0.0, 1.0, (count, 3))
+        layers.append((present, kind, cx, cy, radius, colour))
+    images = np.empty((count, size, size, channels), np.uint8)
+    owner = np.empty((count, size, size), np.int8)  # which layer shows at each pixel
+    chunk = shapes_chunk(size)
+    for start in range(0, count, chunk):  # bounded memory for large counts and sizes
+        part = slice(start, start + chunk)
+        images[part], owner[part] = _render_shapes(
+            size, channels, base[part], slope[part], [[a[part] for a in la] for la in layers]
+        )
+    if not labels:
+        return images
+    kinds = np.stack([layer[1] for layer in layers], 1)
+    colours = np.stack([layer[5] for layer in layers], 1)
+    return images, _shape_labels(owner, kinds, colours, base)
+
+
+SHAPES_CHUNK = 1000
+DRAW_BYTES = 100  # bytes per pixel of the shapes being drawn at once (float64 layers, masks)
+DRAW_BUDGET = 256 << 20  # bytes drawn at once at most (but one image at least)
+
+
+def shapes_chunk(size):
+    """How many images `draw_shapes` draws at once: up to `SHAPES_CHUNK`, in `DRAW_BUDGET`
+    bytes (each image is drawn on its own: the chunk changes no pixel)."""
+    return int(np.clip(DRAW_BUDGET // (size * size * DRAW_BYTES), 1, SHAPES_CHUNK))
+
+
+def _render_shapes(size, channels, base, slope, layers):
+    ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    images = base + slope[..., :1] * xs[None, ..., None] + slope[..., 1:] * ys[None, ..., None]
+    images = images.astype(np.float32)
+    owner = np.full(images.shape[:3], -1, np.int8)
+    for index, (present, kind, cx, cy, radius, colour) in enumerate(layers):
+        dx = xs[None] - cx[:, None, None]
+        dy = ys[None] - cy[:, None, None]
+        r = radius[:, None, None]
+        circle = dx**2 + dy**2 <= r**2
+        square = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
+        # An upward triangle: below the apex, inside two slanted edges, above the base.
+        triangle = (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.6)
+        inside = np.where(
+            kind[:, None, None] == 0, circle, np.where(kind[:, None, None] == 1, square, triangle)
+        )
+        inside &= present[:, None, None]
+        images = np.where(inside[..., None], colour[:, None, None, :], images)
+        owner[inside] = index
+    images = np.clip(images, 0.0, 1.0)
+    if channels == 1:
+        images = images.mean(axis=-1, keepdims=True)
+    return np.round(images * 255).astype(np.uint8), owner
+
+
+VISIBLE = 0.03  # the share of an image a shape must show to count as present
+COLOUR_BITS = np.array([4, 2, 1])
+
+
+def _shape_labels(owner, kinds, colours, base):
+    """The labels of `draw_shapes(labels=True)` from each pixel's top layer (-1: background),
+    the layers' kinds [N, 3] and colours [N, 3, 3], and the background colours [N, 1, 1, 3]."""
+    count, pixels = len(owner), owner[0].size
+    areas = np.stack([(owner == layer).sum(axis=(1, 2)) for layer in range(3)], 1) / pixels
+    visible = areas >= VISIBLE  # [N, 3 layers]
+    top = np.where(visible, np.arange(3)[None], -1).max(axis=1)  # the last drawn visible
+    rows, layer = np.arange(count), np.maximum(top, 0)
+    colour = ((colours[rows, layer] > 0.5) * COLOUR_BITS).sum(axis=1)
+    return {
+        "kind": np.where(top >= 0, kinds[rows, layer], 3),
+        "colour": np.where(top >= 0, colour, 8),
+        "background": ((base.reshape(count, 3) > 0.5) * COLOUR_BITS).sum(axis=1),
+        "shapes": visible.sum(axis=1),
+    }
+
+
+# Loading ---------------------------------------------------------------------------------------
+
+
+def load_images(options, seed, held_out=False):
+    """All images of a source as uint8 numpy [N, H, W, C], or None for `tfrecord` (a stream).
+
+    `held_out` asks for the evaluation split: 10,000 images from a different seed for
+    `shapes`, the test split for keras datasets, and the same files otherwise. A folder's
+    unreadable files are left out, with a warning naming each.
+    """
+    return source_of(options).load(seed, held_out)
+
+
+SHAPES_HELD_OUT = 10000  # the held-out split of `shapes`: as large as FID's usual sample count
+
+
+def has_held_out(source):
+    """Whether `load_images(..., held_out=True)` gives images that training never sees."""
+    return SOURCES[source].held_out
+
+
+class Pool:
+    """The real images that samples and metrics choose from, loaded only when chosen.
+
+    Attributes:
+        size: how many there are.
+        held_out: whether training never sees them.
+        load: `load(indices) -> (uint8 images, labels or None)` for an int array of indices.
+    """
+
+    def __init__(self, size, held_out, load):
+        self.size, self.held_out, self.load = size, held_out, load
+
+
+def reference_pool(options, seed, count):
+    """The `Pool` behind `ImageTask.reference_images`: the held-out split where the source
+    has one; a folder's files (decoded when chosen, so memory does not grow with the folder);
+    a stream's first `count` images."""
+    return source_of(options).pool(seed, count)
+
+
+def take_stream_images(options, count):
+    """The first `count` images of a streamed source (uint8) and their labels (or None)."""
+    batches = _tfrecord_examples(options).take(count).batch(count)
+    first = next(iter(batches))
+    return first["x"].numpy(), first["y"].numpy() if "y" in first else None
+
+
+def tfrecord_dataset(options, seed, batch_size):
+    """The streaming pipeline of `tfrecord`: a `tf.data.Dataset` of global batches."""
+    ds = _tfrecord_examples(options)
+    ds = ds.shuffle(options["shuffle_buffer"], seed=seed, reshuffle_each_iteration=True)
+    return _batched(ds.repeat(), batch_size)
+
+
+def _batched(ds, batch_size):
+    """Global batches of uint8 examples in a fixed order, prefetched (`batch_size` None: `ds`
+    is batched already). They stay uint8 (a quarter of float32's bytes in the prefetch buffer
+    and the checkpointed iterator, and on their way to the device); each replica converts its
+    own shard (`stagegan.core.staging.to_replica_floats`)."""
+    if batch_size is not None:
+        ds = ds.batch(batch_size, drop_remainder=True)
+    deterministic = tf.data.Options()
+    deterministic.deterministic = True
+    # The report of an unreadable file (a py_function, run only for such a file) is the one
+    # stateful op: it has no state that a resumed run would need.
+    deterministic.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE
+    )
+    return ds.with_options(deterministic).prefetch(tf.data.AUTOTUNE)
+
+
+def fit_image(image, size, channels):
+    """Centre-crop one uint8 image [H, W, 3] to a square, resize it to `size` (antialiased,
+    rounded) and give it `channels` (grey: the rounded mean of R, G and B). Graph code: the
+    folder stream, `prepare` and the TFRecord reader share it, so they see the same pixels."""
+    shape = tf.shape(image)
+    side = tf.minimum(shape[0], shape[1])
+    image = tf.image.crop_to_bounding_box(
+        image, (shape[0] - side) // 2, (shape[1] - side) // 2, side, side
+    )
+
+    def resize():
+        resized = tf.image.resize(image, [size, size], antialias=True)
+        return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+
+    image = tf.cond(tf.equal(side, size), lambda: tf.ensure_shape(image, [size, size, 3]), resize)
+    if channels == 1:
+        mean = tf.reduce_mean(tf.cast(image, tf.float32), axis=-1, keepdims=True)
+        image = tf.cast(tf.round(mean), tf.uint8)
+    return tf.ensure_shape(image, [size, size, channels])
+
+
+def decode_image(raw, size, channels):
+    """Encoded PNG/JPEG/GIF/BMP bytes -> uint8 [size, size, channels] (see `fit_image`)."""
+    image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+    return fit_image(image, size, channels)
+
+
+def _fit(images, size, channels, key):
+    """Centre-crop to square, resize to `size`, and match `channels` (uint8 out)."""
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4:
+        raise ConfigError(
+            key, f"images must be [N, H, W] or [N, H, W, C]; got shape {images.shape}"
+        )
+    if images.shape[0] == 0:
+        raise ConfigError(key, "holds no images")
+    if images.dtype != np.uint8:
+        if not np.issubdtype(images.dtype, np.floating):
+            raise ConfigError(key, f"images must be uint8 or float in [0, 1]; got {images.dtype}")
+        finite = np.isfinite(images)
+        if not finite.all():
+            first = int(np.argmin(finite.reshape(len(images), -1).all(axis=1)))
+            raise ConfigError(
+                key,
+                f"float images hold {int((~finite).sum())} NaN or Inf values (the first in "
+                f"image {first}); pixels must be finite, in [0, 1]",
+            )
+        if images.min() < 0 or images.max() > 1:
+            low, high = float(images.min()), float(images.max())
+            raise ConfigError(key, f"float images must lie in [0, 1]; found {low:g} to {high:g}")
+        images = np.round(images * 255).astype(np.uint8)
+    if images.shape[-1] not in (1, 3, 4):
+        raise ConfigError(key, f"images must have 1, 3 or 4 channels; got {images.shape[-1]}")
+    images = images[..., :3]
+    h, w = images.shape[1:3]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    images = images[:, top : top + side, left : left + side]
+    if side != size:
+        images = tf.image.resize(images, [size, size], antialias=True).numpy()
+        images = np.clip(np.round(images), 0, 255).astype(np.uint8)
+    if channels == 1 and images.shape[-1] == 3:
+        images = np.round(images.mean(-1, keepdims=True)).astype(np.uint8)
+    elif channels == 3 and images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)
+    return images
+
+
+def _require_path(options):
+    path = options["path"]
+    if not path:
+        raise ConfigError("data.path", f"required for source {options['source']!r}")
+    return os.path.expanduser(str(path))
+
+
+def _load_npz(options):
+    """The images of an npz source (uint8) and its labels (None without `data.labels`)."""
+    path = _require_path(options)
+    names = [options["key"]] + ([options["labels"]] if options["labels"] else [])
+    try:
+        with np.load(path) as archive:
+            for name, key in zip(names, ("data.key", "data.labels"), strict=False):
+                if name not in archive:
+                    raise ConfigError(
+                        key, f"{path} has no array {name!r} (has: {', '.join(archive.files)})"
+                    )
+            arrays = [archive[name] for name in names]
+    except FileNotFoundError:
+        raise ConfigError("data.path", f"file not found: {path}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError("data.path", f"cannot read {path} as .npz: {e}") from None
+    images = _fit(arrays[0], options["size"], options["channels"], f"data.key ({path})")
+    if len(arrays) == 1:
+        return images, None
+    labels = check_labels(arrays[1], len(images), options, f"array {names[1]!r} of {path}")
+    return images, labels
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+class Listing:
+    """A folder's image files in a fixed order, with class indices and names when
+    `data.labels: subfolders` (else None), and the names that looked like images but are not
+    regular files (`skipped`)."""
+
+    def __init__(self, path, files, labels=None, classes=None, skipped=()):
+        self.path, self.files, self.labels, self.classes = path, files, labels, classes
+        self.skipped = list(skipped)
+
+
+def shown(path):
+    """A file name as text that prints anywhere: bytes that are not UTF-8 (which Python keeps
+    as surrogates in a str) become `\\xNN`. Other names are unchanged."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _image_files(folder):
+    """`(files, others)` below `folder`, each sorted: the regular files named like images, and
+    the other things so named (a fifo, a socket, a device, a dangling link: reading one could
+    block forever). `DirEntry.is_file` is `S_ISREG` after following links, read from the
+    folder listing: a folder of plain files costs no `stat` per file. Like `os.walk`, it does
+    not enter linked folders, and passes over folders it cannot list."""
+    files, others, pending = [], [], [folder]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES):
+                (files if _is_regular(entry) else others).append(entry.path)
+    return sorted(files), sorted(others)
+
+
+def _is_regular(entry):
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _not_regular(others):
+    """Warn of each file in `others` (skipped at scan time), once per process."""
+    for name in others:
+        _warn_unreadable(name, "not a regular file")
+    return others
+
+
+def _none_regular(others):
+    """What an error adds when the only image names are files that are not regular."""
+    if not others:
+        return ""
+    more = f" and {len(others) - 1:,} more" if len(others) > 1 else ""
+    return f" (skipped, not regular files: {shown(others[0])}{more})"
+
+
+def list_folder(options):
+    """The `Listing` of a folder source: every PNG/JPEG file below `data.path`, sorted; with
+    `data.labels: subfolders`, the sorted subfolder names are the classes and each class's
+    files are those below its subfolder. Reads names only, never an image."""
+    path = _require_path(options)
+    if not os.path.isdir(path):
+        raise ConfigError("data.path", f"no such folder: {shown(path)}")
+    if options["labels"] is None:
+        files, others = _image_files(path)
+        if not files:
+            raise ConfigError(
+                "data.path", f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
+            )
+        return Listing(path, files, skipped=_not_regular(others))
+    if options["labels"] != "subfolders":
+        raise ConfigError(
+            "data.labels",
+            f"a folder's labels must be 'subfolders' (one subfolder per class). "
+            f"Received: {options['labels']!r}",
+        )
+    loose = [n for n in sorted(os.listdir(path)) if n.lower().endswith(IMAGE_SUFFIXES)]
+    if loose:
+        raise ConfigError(
+            "data.labels",
+            f"{len(loose)} image{'s' if len(loose) > 1 else ''} lie directly in {shown(path)}, "
+            f"outside any class subfolder (e.g. {shown(loose[0])})",
+        )
+    folders = sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
+    if not folders:
+        raise ConfigError("data.labels", f"{shown(path)} has no subfolders to take classes from")
+    files, labels, skipped = [], [], []
+    for index, name in enumerate(folders):
+        found, others = _image_files(os.path.join(path, name))
+        if not found:
+            raise ConfigError(
+                "data.labels",
+                f"class '{shown(name)}' has no images ({shown(os.path.join(path, name))})"
+                + _none_regular(others),
+            )
+        files += found
+        labels += [index] * len(found)
+        skipped += _not_regular(others)
+    # The names of classes print anywhere (logs, plan, eval, prepare's YAML block).
+    classes = [shown(name) for name in folders]
+    return Listing(path, files, np.array(labels, np.int32), classes, skipped)
+
+
+def check_labels(labels, count, options, where):
+    """Class indices for `count` images as int32 [count]: integers in [0, K), every class
+    present; K is `len(data.classes)` when given, else the largest label + 1."""
+    labels = np.asarray(labels)
+    if labels.shape != (count,):
+        raise ConfigError(
+            "data.labels", f"{where} has shape {list(labels.shape)}; {count} images need [{count}]"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ConfigError("data.labels", f"{where} must hold integers; got {labels.dtype}")
+    classes = options["classes"]
+    top = len(classes) if classes is not None else int(labels.max()) + 1
+    if labels.min() < 0 or labels.max() >= top:
+        raise ConfigError(
+            "data.labels",
+            f"{where} holds {int(labels.min())} to {int(labels.max())}; "
+            f"class indices must lie in [0, {top})"
+            + (f" (data.classes names {top})" if classes is not None else ""),
+        )
+    counts = np.bincount(labels, minlength=top)
+    if (counts == 0).any():
+        empty = int(np.argmin(counts))
+        name = f" ({classes[empty]!r})" if classes is not None else ""
+        raise ConfigError("data.labels", f"class {empty}{name} has no images in {where}")
+    return labels.astype(np.int32)
+
+
+def class_names(options, labels):
+    """The names of the classes: `data.classes`, else "0", "1", ..."""
+    if options["classes"] is not None:
+        return [str(name) for name in options["classes"]]
+    return [str(k) for k in range(int(labels.max()) + 1)]
+
+
+PROBE = 16  # files decoded at start-up to refuse a folder of unreadable files early
+DECODE_AT_ONCE = 64  # at most this many decoded at a time at start-up (without a cache)
+
+
+def check_readable(listing, options):
+    """Refuse a folder whose first files (up to `PROBE`, spread over the listing) are all
+    unreadable: the stream skips unreadable files, and would wait forever on such a folder.
+    Costs a fixed number of decodes, whatever the folder's size. With classes, refuse a class
+    none of whose files is readable, as one without files (`check_classes_readable`)."""
+    if listing.labels is not None:
+        return check_classes_readable(listing, options)
+    step = max(1, len(listing.files) // PROBE)
+    probe = listing.files[::step][:PROBE]
+    if not decode_files(probe, options["size"], options["channels"])[1].any():
+        raise ConfigError(
+            "data.path",
+            f"none of {len(probe)} files probed in {shown(listing.path)} is a readable image",
+        )
+
+
+def check_classes_readable(listing, options):
+    """Refuse a class none of whose files is readable: the generator would be taught a class
+    it never sees. Decodes each class's files in order until one reads: the first file of
+    every class at once, then `PROBE` more of each class still without one, and so on; a
+    folder whose first files read costs one decode per class."""
+    files, count = np.array(listing.files), len(listing.classes)
+    # A listing holds each class's files together, in class order.
+    ends = np.cumsum(np.bincount(listing.labels, minlength=count))
+    members = np.split(np.arange(len(files)), ends[:-1])
+    waiting, start, step = list(range(count)), 0, 1
+    while waiting:
+        parts = [members[k][start : start + step] for k in waiting]
+        ok = _readable(files[np.concatenate(parts)], options)
+        found = np.split(ok, np.cumsum([len(part) for part in parts])[:-1])
+        for k, part, read in zip(list(waiting), parts, found, strict=True):
+            if read.any():
+                waiting.remove(k)
+            elif start + len(part) >= len(members[k]):
+                name, total = listing.classes[k], len(members[k])
+                raise ConfigError(
+                    "data.path",
+                    f"class '{name}' has no readable image among its {total:,} "
+                    f"file{'s' if total > 1 else ''} ({os.path.join(shown(listing.path), name)})",
+                )
+        start, step = start + step, PROBE
+
+
+def _readable(files, options):
+    """`decode_files(files)`'s `ok`, `DECODE_AT_ONCE` files at a time (memory does not grow
+    with their number)."""
+    size, channels = options["size"], options["channels"]
+    chunks = range(0, len(files), DECODE_AT_ONCE)
+    return np.concatenate(
+        [decode_files(files[i : i + DECODE_AT_ONCE], size, channels)[1] for i in chunks]
+    )
+
+
+def decode_files(files, size, channels):
+    """Decode and fit image files in parallel: `(uint8 [N, size, size, channels], ok)`, with
+    black images where `ok` is False (unreadable files; each is warned of)."""
+    images = np.zeros((len(files), size, size, channels), np.uint8)
+    ok = np.zeros(len(files), bool)
+    if len(files) == 0:
+        return images, ok
+    paths = _path_tensor(files)
+    load = lambda i: {"x": _read_image(paths, i, size, channels), "position": i}
+    decoded = tf.data.Dataset.range(len(files)).map(
+        load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    for batch in decoded.ignore_errors().batch(256):  # a failed file leaves its position out
+        positions = batch["position"].numpy()
+        images[positions], ok[positions] = batch["x"].numpy(), True
+    for index in np.flatnonzero(~ok):
+        _warn_unreadable(str(files[index]))
+    return images, ok
+
+
+def _path_tensor(files):
+    """File names as a string tensor of their bytes (a name need not be UTF-8)."""
+    return tf.constant([os.fsencode(name) for name in files], tf.string)
+
+
+def _read_image(paths, index, size, channels):
+    """File `index` of the string tensor `paths`, decoded and fitted (raises when it cannot
+    be read or decoded: the callers' `ignore_errors` drop it and the positions they carry
+    show it)."""
+    raw = tf.numpy_function(read_regular_file, [tf.gather(paths, index)], tf.string, stateful=False)
+    return decode_image(tf.ensure_shape(raw, []), size, channels)
+
+
+def read_regular_file(path):
+    """The bytes of the file `path` (str or bytes), or b"" when it cannot be read or is not a
+    regular file (a fifo, a socket, a device: opening one for reading can block forever). It
+    is checked before opening, and opened without blocking and checked again, so a file
+    swapped since cannot block either. Read in Python (TensorFlow's reader blocks on a fifo,
+    and takes names as UTF-8); b"" fails to decode, as any unreadable file."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return b""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            return f.read() if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+
+
+SKIPPED = set()  # the unreadable files met by this process
+
+
+def _warn_unreadable(name, reason=None):
+    if name not in SKIPPED:  # once per file and process, not once per epoch
+        SKIPPED.add(name)
+        log.warning(
+            "data.path: skipped unreadable image %s%s (%d skipped so far)",
+            shown(name),
+            f", {reason}" if reason else "",
+            len(SKIPPED),
+        )
+
+
+def folder_dataset(listing, options, seed, batch_size, cached=None):
+    """The streaming pipeline of `folder`: global batches in a fresh permutation of the files
+    each epoch, from the run seed and the epoch number (`stateless_shuffle`), so the order
+    depends on nothing else and the checkpointed iterator holds only counters and the
+    prefetched batches. Files are decoded as they come, in parallel; with `cached`, the
+    `decode_files` result of all of them (`data.cache: memory`), they are looked up instead, in
+    the same order. Unreadable files are left out, each warned of by name once."""
+    count, size, channels = len(listing.files), options["size"], options["channels"]
+    labels = None if listing.labels is None else tf.constant(listing.labels)
+
+    def permutation(number):
+        return tf.random.experimental.stateless_shuffle(
+            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), number])
+        )
+
+    indices = tf.data.Dataset.counter().flat_map(
+        lambda number: tf.data.Dataset.from_tensor_slices(permutation(number))
+    )
+    with_labels = lambda i, example: (
+        example if labels is None else {**example, "y": tf.gather(labels, i)}
+    )
+    if cached is not None:
+        table, ok = tf.constant(cached[0]), tf.constant(cached[1])
+        ds = indices.filter(lambda i: tf.gather(ok, i)).map(
+            lambda i: with_labels(i, {"x": tf.gather(table, i)}),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return _batched(ds, batch_size)
+    paths = _path_tensor(listing.files)
+
+    def load(position, i):
+        return with_labels(i, {"x": _read_image(paths, i, size, channels), "position": position})
+
+    # A file that fails to decode is dropped by `ignore_errors`; the positions carried past it
+    # show the gap, and the scan (its state checkpointed) names the files that fell in it.
+    ds = tf.data.Dataset.zip(tf.data.Dataset.counter(), indices)
+    ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+
+    def report(expected, positions):
+        # The positions a batch skipped: from the one expected next to its last, less its own.
+        missing = sorted(set(range(int(expected), int(positions[-1]))) - set(positions.numpy()))
+        for position in missing:
+            order = permutation(tf.constant(position // count, tf.int64)).numpy()
+            _warn_unreadable(listing.files[order[position % count]])
+        return True
+
+    def check(expected, batch):
+        batch = dict(batch)
+        positions = batch.pop("position")
+        last = positions[-1]
+        gap = last - expected + 1 > tf.cast(tf.shape(positions)[0], tf.int64)
+        done = tf.cond(
+            gap,
+            lambda: tf.py_function(report, [expected, positions], tf.bool),
+            lambda: tf.constant(True),
+        )
+        with tf.control_dependencies([done]):
+            return last + 1, {k: tf.identity(v) for k, v in batch.items()}
+
+    ds = ds.batch(batch_size, drop_remainder=True).scan(tf.constant(0, tf.int64), check)
+    return _batched(ds, None)
+
+
+def _load_keras(name, held_out, options):
+    import keras
+
+    loader = getattr(keras.datasets, name)
+    try:
+        (train_x, _), (test_x, _) = loader.load_data()
+    except Exception:  # noqa: BLE001 - any download failure means the same thing to the user
+        raise ConfigError(
+            "data.source",
+            f"the {name} dataset could not be downloaded (no network?); "
+            "use data.source: folder or npz with a local copy",
+        ) from None
+    return _fit(
+        test_x if held_out else train_x, options["size"], options["channels"], "data.source"
+    )
+
+
+def tfrecord_files(options):
+    """The TFRecord files of `data.path` (a file or a glob), sorted; checks the first record
+    for the image feature (and the label feature, with `data.labels`)."""
+    path = _require_path(options)
+    files = sorted(glob.glob(path))
+    if not files:
+        raise ConfigError("data.path", f"no TFRecord files match {path}")
+    try:
+        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)))
+        example = tf.train.Example.FromString(first.numpy())
+    except Exception:  # noqa: BLE001 - missing, truncated or not TFRecord: one message
+        raise ConfigError("data.path", f"cannot read TFRecords from {files[0]}") from None
+    known = ", ".join(example.features.feature.keys())
+    for key in ("image_feature", "labels"):
+        feature = options[key]
+        if feature is not None and feature not in example.features.feature:
+            raise ConfigError(f"data.{key}", f"no feature {feature!r} in {files[0]} (has: {known})")
+    if options["labels"] is not None and options["classes"] is None:
+        raise ConfigError(
+            "data.classes",
+            "required with data.labels for source tfrecord: the class names, in label order "
+            "(`stagegan prepare` prints them)",
+        )
+    return files
+
+
+def _tfrecord_examples(options):
+    """`{"x": uint8 image}` (and `"y"`: its label) per record, in file order."""
+    files = tfrecord_files(options)
+    image_feature, label_feature = options["image_feature"], options["labels"]
+    size, channels = options["size"], options["channels"]
+    spec = {image_feature: tf.io.FixedLenFeature([], tf.string)}
+    if label_feature is not None:
+        spec[label_feature] = tf.io.FixedLenFeature([], tf.int64)
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, spec)
+        example = {"x": decode_image(parsed[image_feature], size, channels)}
+        if label_feature is not None:
+            example["y"] = tf.cast(parsed[label_feature], tf.int32)
+        return example
+
+    return tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def tfrecord_label_counts(options):
+    """Images per class of a labelled TFRecord source (reads every record's label)."""
+    files = tfrecord_files(options)
+    spec = {options["labels"]: tf.io.FixedLenFeature([], tf.int64)}
+    labels = tf.data.TFRecordDataset(files).map(
+        lambda r: tf.io.parse_single_example(r, spec)[options["labels"]],
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    counts = np.zeros(len(options["classes"]), np.int64)
+    for batch in labels.batch(4096):
+        values = batch.numpy()
+        if values.min() < 0 or values.max() >= len(counts):
+            raise ConfigError(
+                "data.labels",
+                f"labels of {options['path']} hold {values.min()} to {values.max()}; "
+                f"data.classes names {len(counts)} classes",
+            )
+        counts += np.bincount(values, minlength=len(counts))
+    return counts
+
+
+CACHES = ("none", "memory")
+KERAS_IMAGES = 60000  # the largest training split of the keras datasets
+
+
+def check_memory(options, batch_size, held=0, held_key="data.count"):
+    """Refuse sizes whose arrays would not fit in this machine's memory, before any is
+    allocated (`stagegan.config.memory.check_image_memory`): `held` images kept (`held_key`: a
+    source in memory, a folder's cache), those drawn or decoded at once at start-up, and a
+    batch as uint8 and float32 (the model's input).
+
+    Raises:
+        ConfigError: on `data.size` when the arrays would fit at an ordinary size, else on
+            the key of the largest: `held_key`, or `batch_size`.
+    """
+    size, channels = options["size"], options["channels"]
+    image = size * size * channels
+    start = ("data.size", *source_of(options).start_up(held))
+    parts = [
+        (held_key, held * image, f"{held:,} images of {size} px held"),
+        start,
+        ("batch_size", 5 * batch_size * image, f"a batch of {batch_size:,} as uint8 and float32"),
+    ]
+    received = {
+        "data.size": size,
+        "data.count": options["count"],
+        "data.cache": options["cache"],
+        "data.source": options["source"],
+        "data.path": options["path"],
+        "batch_size": batch_size,
+    }
+    check_image_memory(parts, size, "data.size", received)
+
+
+def check_options(options):
+    """Check the generic data options (types are checked by the task's defaults)."""
+    source = options["source"]
+    if source not in SOURCES:
+        known = ", ".join(SOURCES)
+        raise ConfigError("data.source", f"unknown source {source!r} (known: {known})")
+    if options["size"] < 4:
+        raise ConfigError("data.size", f"must be at least 4. Received: {options['size']}")
+    if options["channels"] not in (1, 3):
+        raise ConfigError("data.channels", f"must be 1 or 3. Received: {options['channels']}")
+    if options["count"] < 1:
+        raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
+    if options["cache"] not in CACHES:
+        raise ConfigError(
+            "data.cache", f"must be one of {', '.join(CACHES)}. Received: {options['cache']!r}"
+        )
+    if options["cache"] != "none" and not SOURCES[source].cached:
+        raise ConfigError("data.cache", f"applies to source folder only, not {source!r}")
+    _check_label_options(options)
+
+
+def _check_label_options(options):
+    source = options["source"]
+    labels, classes = options["labels"], options["classes"]
+    if labels is not None:
+        if SOURCES[source].labels is None:
+            raise ConfigError(
+                "data.labels",
+                f"source {source!r} has no labels (folder: 'subfolders'; npz: an array name; "
+                "tfrecord: a feature name)",
+            )
+        if not isinstance(labels, str) or not labels:
+            raise ConfigError("data.labels", f"must be a name. Received: {labels!r}")
+    if classes is not None:
+        if labels is None or SOURCES[source].labels == "subfolders":
+            raise ConfigError(
+                "data.classes",
+                "names the classes of npz or tfrecord labels (a folder's are its subfolders)",
+            )
+        if (
+            not isinstance(classes, list)
+            or not classes
+            or len(set(map(str, classes))) < len(classes)
+        ):
+            raise ConfigError(
+                "data.classes", f"must be a list of distinct names. Received: {classes!r}"
+            )
+
+
+# Below this many images a GAN reproduces its training set rather than learning the data.
+FEW_IMAGES = 500
+
+
+def check_count(count, batch_size, path):
+    """Refuse a dataset smaller than one batch; warn about one a GAN will memorise."""
+    path = shown(path)
+    if count < batch_size:
+        raise ConfigError(
+            "data.path",
+            f"{path} has {count} image{'s' if count != 1 else ''}, fewer than one batch "
+            f"(batch_size {batch_size})",
+        )
+    if count < FEW_IMAGES:
+        log.warning(
+            "data.path: %s has only %d images; a GAN trained on fewer than a few hundred "
+            "images memorises them",
+            path,
+            count,
+        )
+
+
+# Sources -----------------------------------------------------------------------------------------
+#
+# One class per `data.source`, in the registry `SOURCES` (as big_vision's `datasets/core.py`
+# registers its datasets): what it can do (a held-out split, a stream, labels, a cache), its
+# checks, how it loads its images, the real images samples and metrics choose from, and how an
+# `ImageSource` serves its batches. A new source is one class here and `@register`.
+
+SOURCES = {}  # data.source -> its Source class
+
+
+def register(cls):
+    """Add a `Source` class to the registry under each of its `names`."""
+    for name in cls.names:
+        SOURCES[name] = cls
+    return cls
+
+
+def source_of(options):
+    """The `Source` of a data section (`options["source"]` must be registered)."""
+    return SOURCES[options["source"]](options)
+
+
+class Source:
+    """One kind of `data.source`.
+
+    Attributes (of the class):
+        names: the `data.source` values it serves.
+        held_out: `load(held_out=True)` gives images that training never sees.
+        streamed: batches come from a checkpointed tf.data iterator (no random access: the
+            reference images are the stream's first ones).
+        labels: what `data.labels` names (`"subfolders"`, an array or a feature), or None
+            when the source has no labels.
+        cached: whether `data.cache` applies.
+        features: the features `eval` uses when none are named (`stagegan.evaluation.evaluate`).
+    """
+
+    names = ()
+    held_out = False
+    streamed = False
+    labels = None
+    cached = False
+    features = "inception"
+
+    def __init__(self, options):
+        self.options = options
+
+    def held(self):
+        """`(images held in memory, known before loading them, the key of that count)`."""
+        return 0, "data.path"
+
+    def start_up(self, held):
+        """`(bytes, what)` of the images decoded or drawn at once at start-up."""
+        image = self.options["size"] ** 2 * self.options["channels"]
+        return DECODE_AT_ONCE * image, f"up to {DECODE_AT_ONCE} decoded at a time"
+
+    def load(self, seed, held_out=False):
+        """All images, uint8 [N, H, W, C] (None for a stream)."""
+        raise NotImplementedError
+
+    def pool(self, seed, count):
+        """The `Pool` that samples and metrics choose real images from."""
+        images, labels = self.load(seed, held_out=self.held_out), None
+        return in_memory_pool(images, labels, self.held_out)
+
+    def open(self, target, seed, batch_size):
+        """Prepare `target` (an `ImageSource`) to serve global batches of `batch_size`: an
+        in-memory set (`target.hold`) or an iterator (`target.iterator`)."""
+        check_memory(self.options, batch_size, *self.held())
+        target.hold(self.load(seed), None)
+
+
+def in_memory_pool(images, labels, held_out):
+    take = lambda i: (images[i], None if labels is None else labels[i])
+    return Pool(len(images), held_out, take)
+
+
+@register
+class ShapesSource(Source):
+    """`shapes`: coloured shapes drawn from the seed (`draw_shapes`); the held-out split is
+    drawn from another seed."""
+
+    names = ("shapes",)
+    held_out = True
+    features = "shapes"
+
+    def held(self):
+        return self.options["count"], "data.count"
+
+    def start_up(self, held):
+        size = self.options["size"]
+        drawn = min(held, shapes_chunk(size))
+        return drawn * size * size * DRAW_BYTES, f"{drawn:,} drawn at a time"
+
+    def load(self, seed, held_out=False):
+        o = self.options
+        count = SHAPES_HELD_OUT if held_out else o["count"]
+        return draw_shapes(count, o["size"], seed + (7919 if held_out else 0), o["channels"])
+
+
+@register
+class KerasSource(Source):
+    """`mnist`, `fashion_mnist`, `cifar10`: Keras's download; the test split is held out."""
+
+    names = ("mnist", "fashion_mnist", "cifar10")
+    held_out = True
+
+    def held(self):
+        return KERAS_IMAGES, "data.source"
+
+    def load(self, seed, held_out=False):
+        return _load_keras(self.options["source"], held_out, self.options)
+
+
+@register
+class NpzSource(Source):
+    """`npz`: one array of images (`data.key`) and optionally one of labels."""
+
+    names = ("npz",)
+    labels = "an array name"
+
+    def load(self, seed, held_out=False):
+        return _load_npz(self.options)[0]
+
+    def pool(self, seed, count):
+        return in_memory_pool(*_load_npz(self.options), False)
+
+    def open(self, target, seed, batch_size):
+        check_memory(self.options, batch_size, *self.held())
+        images, labels = _load_npz(self.options)
+        check_count(len(images), batch_size, self.options["path"])
+        classes = None if labels is None else class_names(self.options, labels)
+        target.hold(images, labels, classes)
+
+
+@register
+class FolderSource(Source):
+    """`folder`: PNG and JPEG files, streamed (or cached with `data.cache: memory`), labelled
+    by their subfolders."""
+
+    names = ("folder",)
+    labels = "subfolders"
+    cached = True
+
+    def load(self, seed, held_out=False):
+        o = self.options
+        listing = list_folder(o)
+        images, ok = decode_files(listing.files, o["size"], o["channels"])
+        if not ok.any():
+            raise ConfigError("data.path", f"no readable image among the files of {listing.path}")
+        return images[ok]
+
+    def pool(self, seed, count):
+        o = self.options
+        listing = list_folder(o)
+        files, labels = np.array(listing.files), listing.labels
+
+        def load(indices):  # decoded when chosen: memory does not grow with the folder
+            images, ok = decode_files(files[indices], o["size"], o["channels"])
+            return images[ok], None if labels is None else labels[indices][ok]
+
+        return Pool(len(files), False, load)
+
+    def open(self, target, seed, batch_size):
+        o = self.options
+        listing = list_folder(o)
+        check_count(len(listing.files), batch_size, listing.path)
+        memory = o["cache"] == "memory"
+        check_memory(o, batch_size, len(listing.files) if memory else 0, "data.cache")
+        check_readable(listing, o)
+        target.count = len(listing.files)
+        target.set_classes(listing.classes, listing.labels)
+        cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
+        target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
+
+
+@register
+class TfrecordSource(Source):
+    """`tfrecord`: a seeded shuffle buffer over TFRecord files; labels are a feature."""
+
+    names = ("tfrecord",)
+    streamed = True
+    labels = "a feature name"
+
+    def load(self, seed, held_out=False):
+        return None
+
+    def pool(self, seed, count):
+        return in_memory_pool(*take_stream_images(self.options, count), False)
+
+    def open(self, target, seed, batch_size):
+        check_memory(self.options, batch_size, *self.held())
+        target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
+        if self.options["labels"] is not None:
+            target.classes = [str(name) for name in self.options["classes"]]
+
+
+class ImageSource:
+    """The images of a run, served one global batch at a time inside the step function:
+    `{"x": uint8 images}` (`draw`: converted to float32 in [-1, 1] by each replica on its
+    own device) or `{"x": float32 images in [-1, 1]}` (`batch`), with `"y"` (int32 class
+    indices) for labelled data.
+
+    `shapes`, `npz` and the keras datasets are held in memory (uint8) and each batch is drawn
+    as random indices from the run's data stream (with replacement), so the data position is
+    that stream's checkpointed state. `folder` and `tfrecord` stream through tf.data (a folder:
+    a fresh seeded permutation of its files each epoch; TFRecords: a seeded shuffle buffer), and
+    the iterator is checkpointed: start-up reads the file list only, and memory does not grow
+    with the number of images.
+
+    Attributes:
+        classes: class names (labelled data) or None.
+        class_counts: images per class, or None (unlabelled, or a TFRecord source, whose
+            counts `tfrecord_label_counts` reads).
+        host: the host CPU device that holds an in-memory set and gathers its batches.
+    """
+
+    def __init__(self, options, seed, batch_size, host="/CPU:0"):
+        check_options(options)
+        self.options, self.host = options, host
+        self.images = self.labels = self.iterator = self.classes = self.class_counts = None
+        self.count = None  # images, where known without reading a stream
+        self.kind = source_of(options)
+        self.kind.open(self, seed, batch_size)
+
+    def hold(self, images, labels, classes=None):
+        """Keep an in-memory set (uint8 images, int labels or None) in host memory."""
+        with tf.device(self.host):  # host memory, whatever device scope builds the task
+            self.images, self.count = tf.constant(images), len(images)
+            if labels is not None:
+                self.set_classes(classes, labels)
+                self.labels = tf.constant(labels)
+
+    def set_classes(self, classes, labels):
+        """Record the class names of labelled data and the images per class (a `Source`'s
+        `open` calls it; nothing when `classes` is None)."""
+        if classes is not None:
+            self.classes = classes
+            self.class_counts = np.bincount(labels, minlength=len(classes))
+
+    def draw(self, batch_size, rng):
+        """One global batch as read: `{"x": uint8}` and, with labels, `{"y": int32}`.
+
+        An in-memory set is gathered on the host (`self.host`), where the images are: only
+        the batch travels to the device that draws it. (TensorFlow has no GPU gather for
+        uint8, and a gather placed there would copy the whole set to the host each step.)
+        """
+        if self.iterator is not None:
+            return next(self.iterator)
+        index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
+        with tf.device(self.host):
+            batch = {"x": tf.gather(self.images, index)}
+            if self.labels is not None:
+                batch["y"] = tf.gather(self.labels, index)
+        return batch
+
+    def batch(self, batch_size, rng):
+        """One global batch: `{"x": float32 [-1, 1]}` and, with labels, `{"y": int32}`."""
+        batch = self.draw(batch_size, rng)
+        return {**batch, "x": pixels_to_float(batch["x"])}
+
+    def trackables(self):
+        return {"data_iterator": self.iterator} if self.iterator is not None else {}

@@ -1,0 +1,573 @@
+"""Evaluation of a run: the task's metrics on a restored (or live) trainer.
+
+    evaluation = Evaluation(trainer, run_dir, count=None, seed=0)
+    result = evaluation.run()        # {"step": ..., "metrics": {name: value}}
+
+The task decides what to measure (`Task.evaluate`); this module gives it batched sampling,
+the run's stage-end checkpoints (for baselines such as the reconstruction-only stage), and
+feature extractors for FID and KID. The maths lives in `stagegan.evaluation.metrics` and
+`stagegan.evaluation.realism`.
+"""
+
+import contextlib
+import hashlib
+import io
+import logging
+import math
+import os
+import re
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from stagegan.config.schema import chunk_size
+from stagegan.errors import ConfigError
+from stagegan.evaluation import metrics, realism
+from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.runfolder.samples import chunked_outputs
+
+INCEPTION_SIDE = 299
+log = logging.getLogger("stagegan")
+
+
+class Evaluation:
+    """One evaluation of a trainer's current weights.
+
+    Args:
+        trainer: a built `training.Trainer`, holding the weights to evaluate.
+        run_dir: the run folder (its checkpoints give baselines), or None.
+        count: samples to evaluate; None: the task's `default_eval_count()`.
+        seed: fixes the inputs (latents, held-out images, masks), so evaluations of different
+            checkpoints see the same inputs.
+        features: the feature extractor for FID/KID and completion's realism metric (see
+            `load_extractor`), or None for the source's default (`default_features`).
+        features_key: the config key or flag that named `features` (for errors).
+        count_key: the config key or flag that named `count` (for errors).
+        ema: sample from the EMA weights when the run keeps an EMA.
+        batch_size: images per forward pass (None: `config.chunk_size`, the run's batch).
+    """
+
+    def __init__(
+        self,
+        trainer,
+        run_dir,
+        count=None,
+        seed=0,
+        features=None,
+        features_key="--features",
+        count_key="--count",
+        ema=True,
+        batch_size=None,
+    ):
+        self.trainer = trainer
+        self.task = trainer.task
+        self.run_dir = run_dir
+        self._count = count
+        self.count_key = count_key
+        self.seed = seed
+        self.features_named = features is not None
+        data = self.task.data
+        self.features_spec = features or (default_features(data) if "source" in data else INCEPTION)
+        self.features_key = features_key
+        self.ema = ema and trainer.ema is not None
+        self.batch_size = batch_size or chunk_size(trainer.config)
+        self._extractor = None
+
+    @property
+    def count(self):
+        if self._count is None:
+            self._count = self.task.default_eval_count()
+        return self._count
+
+    def run(self):
+        """Evaluate; returns `{"step", "ema", "count", "seconds", "metrics"}`."""
+        self.check()
+        start = time.perf_counter()
+        values = self.task.evaluate(self)
+        return {
+            "step": self.trainer.step_count,
+            "ema": self.ema,
+            "seed": self.seed,
+            "seconds": round(time.perf_counter() - start, 3),
+            "metrics": values,
+        }
+
+    def check(self):
+        """Load what the evaluation will need up front (feature extractors, enough real
+        images), so a problem shows before training starts or a run folder exists."""
+        if self.uses_features:
+            self._load_extractor()
+        self.task.check_eval_count(self.count, self.count_key)
+
+    @property
+    def uses_features(self):
+        return bool(self.task.uses_features(self))
+
+    # Helpers for tasks ------------------------------------------------------------------------
+
+    def sample_outputs(self, inputs):
+        """`trainer.sample_outputs` over `inputs` in chunks of `batch_size`."""
+        return chunked_outputs(self.trainer, inputs, self.batch_size, self.ema)
+
+    def last_stage_with_only(self, terms, scope):
+        """The last stage whose updates use only loss `terms` and that trains `scope`/."""
+        found = None
+        for stage in self.trainer.config.stages:
+            used = {term for update in stage.updates for term, _ in update.loss}
+            trains = any(p.startswith(scope + "/") for u in stage.updates for p in u.train)
+            if used and used <= set(terms) and trains:
+                found = stage
+        return found
+
+    def stage_checkpoint(self, stage):
+        """The path of `stage`'s (last) stage-end checkpoint in this run, or None."""
+        if self.run_dir is None:
+            return None
+        store = CheckpointStore(self.run_dir / "checkpoints", None, 1)
+        found = [e for e in store.entries() if f"stage_end:{stage.name}" in e["tags"]]
+        return store.path_of(found[-1]) if found else None  # an extended stage ends later
+
+    def stage_end_step(self, stage):
+        """The global step at which `stage` ends."""
+        return self.trainer.schedule.stage_end(self.trainer.config.stages.index(stage))
+
+    @contextlib.contextmanager
+    def weights_from(self, path):
+        """Within the block the networks (and EMA) hold the weights of checkpoint `path`;
+        everything else (optimizers, step, random state) is untouched, and the weights are
+        restored afterwards."""
+        trainer = self.trainer
+        objects = {f"network_{scope}": net for scope, net in trainer.networks.items()}
+        variables = [w for net in trainer.networks.values() for w in net.weights]
+        if trainer.ema is not None:
+            objects.update(trainer.ema.trackables())
+            variables += trainer.ema.averages
+        saved = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+        try:
+            tf.train.Checkpoint(**objects).read(path).expect_partial()
+            yield
+        finally:
+            for variable, value in zip(variables, saved, strict=True):
+                variable.assign(value)
+
+    def features(self, images):
+        """Feature vectors [N, D] of images [N, S, S, C] in [-1, 1]."""
+        extractor = self._load_extractor()
+        out = []
+        for start in range(0, len(images), self.batch_size):
+            out.append(np.asarray(extractor(images[start : start + self.batch_size])))
+        features = np.concatenate(out)
+        return features.reshape(len(features), -1)
+
+    def fid_kid(self, task):
+        """FID, KID, precision, recall, density and coverage (`distances`) between `count`
+        generated images and `count` real ones, and the classifier two-sample test on the
+        images themselves (`c2st`, `c2st_std`)."""
+        real, held_out = task.reference_images(self.count, self.seed, self.count_key)
+        inputs, _ = task.sample_inputs(self.count, self.seed)
+        fake = self.sample_outputs(inputs)["samples"]
+        distances = self.distances(self.features(real), self.features(fake))
+        return {
+            "count": self.count,
+            "held_out": held_out,
+            "features": self.features_name,  # after loading: it may have fallen back
+            **distances,
+            **self.c2st(real, fake),
+        }
+
+    def class_fid_kid(self, task):
+        """`fid_kid` of a class-conditional task: generated images of the real ones' classes,
+        and `fid/<class>`, `kid/<class>` per class on those of that class (None for a class
+        with fewer than 4 among the `count`)."""
+        real, labels, held_out = task.reference_images(
+            self.count, self.seed, self.count_key, labels=True
+        )
+        inputs, _ = task.sample_inputs(self.count, self.seed)
+        inputs["fake_y"] = labels
+        fake = self.sample_outputs(inputs)["samples"]
+        real_features, fake_features = self.features(real), self.features(fake)
+        result = {
+            "count": self.count,
+            "held_out": held_out,
+            "features": self.features_name,
+            **self.distances(real_features, fake_features),
+            **self.c2st(real, fake),
+        }
+        for index, name in enumerate(task.classes):
+            chosen = labels == index
+            both = (real_features[chosen], fake_features[chosen])
+            per_class = self.distances(*both) if chosen.sum() >= 4 else {"fid": None, "kid": None}
+            result[f"fid/{name}"], result[f"kid/{name}"] = per_class["fid"], per_class["kid"]
+        return result
+
+    def distances(self, real_features, fake_features):
+        """`{"fid", "kid", "kid_std", "precision", "recall", "density", "coverage"}` between
+        two feature sets; the neighbourhood sizes (3 for precision and recall, 5 for density
+        and coverage) shrink to one less than the smaller set's size."""
+        kid, kid_std = metrics.kernel_inception_distance(
+            real_features, fake_features, seed=self.seed
+        )
+        largest_k = min(len(real_features), len(fake_features)) - 1
+        return {
+            "fid": metrics.frechet_distance(real_features, fake_features),
+            "kid": kid,
+            "kid_std": kid_std,
+            **realism.precision_recall(real_features, fake_features, k=min(3, largest_k)),
+            **realism.density_coverage(real_features, fake_features, k=min(5, largest_k)),
+        }
+
+    def c2st(self, real_images, fake_images, local=False):
+        """`{"c2st", "c2st_std"}`: the classifier two-sample test (`realism.c2st`) between
+        two image sets, with this evaluation's seed (`local`: its local-defect network)."""
+        return realism.c2st(real_images, fake_images, seed=self.seed, local=local)
+
+    @property
+    def features_name(self):
+        return describe_features(self.features_spec)
+
+    def _load_extractor(self):
+        if self._extractor is None:
+            try:
+                self._extractor = self._extractor_for(self.features_spec)
+            except ConfigError:
+                if self.features_named or self.features_spec != INCEPTION:
+                    raise
+                # Offline without InceptionV3 weights, and nobody asked for them: offline
+                # features rather than no evaluation at all.
+                fallback = SHAPES if self.task.data.get("source") == "shapes" else SELFSUP
+                log.warning(
+                    "eval: InceptionV3's weights could not be loaded (offline?); FID/KID use "
+                    f"the offline features {describe_features(fallback)} instead (compare "
+                    f"them only with other '{fallback}' numbers of the same real images and "
+                    "seed; --features inception:PATH takes a local copy)"
+                )
+                self.features_spec = fallback
+                self._extractor = self._extractor_for(fallback)
+        return self._extractor
+
+    def _extractor_for(self, spec):
+        """`load_extractor(spec)`, given this evaluation's real images when it trains on
+        them (`selfsup`)."""
+        if spec != SELFSUP:
+            return load_extractor(spec, self.features_key)
+        if "images" not in self.task.capabilities:
+            raise ConfigError(
+                self.features_key,
+                f"{SELFSUP} trains on the task's real images; task {self.task.name!r} has "
+                "none (no reference_images)",
+            )
+        images, _ = self.task.reference_images(self.count, self.seed, self.count_key)
+        return load_extractor(spec, self.features_key, images, self.seed)
+
+
+SHAPES = "shapes"
+INCEPTION = "inception"
+INCEPTION_2015 = "inception2015"
+SELFSUP = "selfsup"
+
+
+def default_features(options):
+    """The feature extractor `eval` uses when none is named (the source's `features`): the
+    shapes classifier for the built-in `shapes` source (offline, see
+    `stagegan.evaluation.shapes_net`), InceptionV3 otherwise."""
+    from stagegan.data.sources import SOURCES
+
+    kind = SOURCES.get(options["source"])
+    return kind.features if kind is not None else INCEPTION
+
+
+def describe_features(spec):
+    if spec == SHAPES:
+        return "shapes_net"
+    if spec == INCEPTION:
+        return "InceptionV3 (ImageNet)"
+    if spec == SELFSUP:
+        return "selfsup (rotation net on this run's reference images)"
+    if spec.startswith(INCEPTION + ":"):
+        return f"InceptionV3 ({spec[len(INCEPTION) + 1 :]})"
+    if spec.startswith(INCEPTION_2015 + ":"):
+        path, _ = _split_sha256(spec[len(INCEPTION_2015) + 1 :])
+        return f"Inception 2015-12-05 pool_3 ({path})"
+    return spec
+
+
+def load_extractor(spec, key, reference_images=None, seed=0):
+    """A callable images [N, S, S, C] in [-1, 1] -> features.
+
+    `spec` is one of:
+        shapes                   the shapes classifier's 128-d features
+                                 (`stagegan.evaluation.shapes_net`)
+        selfsup                  the 128-d features of a small network trained here, on
+                                 `reference_images` with `seed`, to predict images' rotations
+                                 (`stagegan.evaluation.realism.selfsup_extractor`); any image data,
+                                 offline, comparable only with the same images and seed
+        inception                InceptionV3 with ImageNet weights (downloaded once by Keras)
+        inception:PATH           InceptionV3 with the weights file at PATH (an offline copy
+                                 of Keras's `..._notop.h5`)
+        inception2015:PATH       the TensorFlow Inception graph of 2015-12-05 at PATH
+                                 (`classify_image_graph_def.pb`), fed as the papers' FID
+                                 code feeds it (`load_inception_2015`); a `#sha256=HEX`
+                                 suffix checks the file first
+        package.module:function  a function returning a `keras.Model` (or any callable) that
+                                 takes images in [-1, 1] at the run's size
+    InceptionV3 sees images resized to 299x299, grey repeated to RGB, and gives 2048-d
+    average-pooled features.
+
+    Raises:
+        ConfigError: on `key` when the extractor does not load.
+    """
+    if spec == SHAPES:
+        from stagegan.evaluation import shapes_net
+
+        return shapes_net.extractor()
+    if spec == SELFSUP:
+        assert reference_images is not None, "selfsup trains on the real images"
+        return realism.selfsup_extractor(reference_images, seed)
+    if spec == INCEPTION or spec.startswith(INCEPTION + ":"):
+        return _inception(spec[len(INCEPTION) + 1 :] or None, key)
+    if spec.startswith(INCEPTION_2015 + ":"):
+        path, sha256 = _split_sha256(spec[len(INCEPTION_2015) + 1 :])
+        return load_inception_2015(path, key, sha256)
+    from stagegan.config.objects import load_object
+
+    builder = load_object(spec, key)
+    model = builder()
+    if not callable(model):
+        raise ConfigError(key, f"{spec} returned {type(model).__name__}, not a callable")
+    return lambda images: model(tf.constant(images, tf.float32), training=False)
+
+
+def _inception(path, key):
+    import keras
+
+    hint = (
+        f"set {key} to inception:/path/to/inception_v3_weights_tf_dim_ordering_tf_kernels_"
+        "notop.h5 (a local copy), or to package.module:function naming a Keras feature "
+        "extractor that maps images in [-1, 1] to features"
+    )
+    hint += _eval_off_hint(key)
+    if path is not None and not os.path.isfile(path):
+        raise ConfigError(key, f"no weights file {path}; {hint}")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # keras prints "Downloading ..."
+            model = keras.applications.InceptionV3(
+                include_top=False,
+                pooling="avg",
+                weights=path or "imagenet",
+                input_shape=(INCEPTION_SIDE, INCEPTION_SIDE, 3),
+            )
+    except Exception as e:  # noqa: BLE001 - offline, blocked or corrupt download: one message
+        what = (
+            f"{path} does not hold InceptionV3 weights ({type(e).__name__})"
+            if path
+            else "FID/KID need InceptionV3's ImageNet weights, which could not be downloaded "
+            "(offline?)"
+        )
+        raise ConfigError(key, f"{what}; {hint}") from None
+
+    def extract(images):
+        images = tf.constant(images, tf.float32)
+        if images.shape[-1] == 1:
+            images = tf.repeat(images, 3, axis=-1)
+        images = tf.image.resize(images, [INCEPTION_SIDE, INCEPTION_SIDE])
+        return model(images, training=False)  # InceptionV3 expects [-1, 1]
+
+    return extract
+
+
+def _eval_off_hint(key):
+    return ", or turn evaluation off with eval: null" if key == "eval.features" else ""
+
+
+# The Inception graph of the FID papers ------------------------------------------------------
+
+INCEPTION_2015_URL = "http://download.tensorflow.org/models/image/imagenet/inception-2015-12-05.tgz"
+# Node names in `classify_image_graph_def.pb`: TTUR's fid.py imports the graph under
+# `FID_Inception_Net/` and feeds `ExpandDims:0` (the decoded JPEG, float, [N, H, W, 3] in
+# 0..255), so the graph's own ResizeBilinear (TF1: no half-pixel centres) takes it to 299.
+INCEPTION_2015_SCOPE = "FID_Inception_Net"
+INCEPTION_2015_INPUT = "ExpandDims"
+INCEPTION_2015_OUTPUT = "pool_3"  # [N, 1, 1, 2048]
+_SHA256_SUFFIX = re.compile(r"#sha256=([^#]*)$")
+
+
+def _split_sha256(text):
+    """`PATH#sha256=HEX` -> `(PATH, HEX)`; plain `PATH` -> `(PATH, None)`."""
+    match = _SHA256_SUFFIX.search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()], match.group(1).lower()
+
+
+def to_uint8(images):
+    """Images [N, H, W, C] in [-1, 1] -> uint8 [N, H, W, 3], quantised as stylegan2-ada's
+    metrics quantise a generator's output: `x * 127.5 + 128`, clipped to [0, 255] and
+    truncated (so rounded to the nearest level: a uint8 image scaled to [-1, 1] by
+    `u / 127.5 - 1`, as `stagegan.data.sources` reads real images, comes back exactly). Grey is
+    repeated to RGB."""
+    images = np.asarray(images, np.float32)
+    pixels = np.clip(images * 127.5 + 128, 0, 255).astype(np.uint8)
+    if pixels.shape[-1] == 1:
+        pixels = np.repeat(pixels, 3, axis=-1)
+    return pixels
+
+
+def upgrade_graph_def(graph_def):
+    """A copy of a 2015 `graph_def` that TensorFlow 2's function runtime runs, at any batch size:
+
+    * each `BatchNormWithGlobalNormalization` node (an op removed from GraphDef version 9 on,
+      which a TF1 session of the old graph's version still ran) becomes the same arithmetic in
+      current ops, in the kernel's order: `(t - m) * (rsqrt(v + eps) * gamma) + beta`
+      (`* gamma` only with `scale_after_normalization`); the last op keeps the node's name,
+      so its consumers stay connected;
+    * recorded `_output_shapes` (batch 1, from one decoded JPEG) are dropped, so the shapes
+      follow from the images fed.
+    """
+    new = tf.compat.v1.GraphDef()
+    new.versions.CopyFrom(graph_def.versions)
+    new.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.op != "BatchNormWithGlobalNormalization":
+            copy = new.node.add()
+            copy.CopyFrom(node)
+            if "_output_shapes" in copy.attr:
+                del copy.attr["_output_shapes"]
+            continue
+        t, mean, variance, beta, gamma = [i for i in node.input if not i.startswith("^")]
+        controls = [i for i in node.input if i.startswith("^")]
+        dtype = tf.dtypes.as_dtype(node.attr["T"].type)
+        epsilon = _add_node(new, node, "_epsilon", "Const", [])
+        del epsilon.attr["T"]
+        epsilon.attr["dtype"].type = dtype.as_datatype_enum
+        epsilon.attr["value"].tensor.CopyFrom(
+            tf.make_tensor_proto(node.attr["variance_epsilon"].f, dtype)
+        )
+        shifted = _add_node(new, node, "_variance", "Add", [variance, epsilon.name])
+        scale = _add_node(new, node, "_rsqrt", "Rsqrt", [shifted.name])
+        if node.attr["scale_after_normalization"].b:
+            scale = _add_node(new, node, "_scale", "Mul", [scale.name, gamma])
+        centred = _add_node(new, node, "_centred", "Sub", [t, mean])
+        scaled = _add_node(new, node, "_scaled", "Mul", [centred.name, scale.name])
+        _add_node(new, node, None, "Add", [scaled.name, beta, *controls])
+    return new
+
+
+def _add_node(graph_def, like, suffix, op, inputs):
+    """A node `op(inputs)` added to `graph_def`, named `like.name/suffix` (or `like.name`),
+    on `like`'s device and of its type `T`."""
+    node = graph_def.node.add(name=f"{like.name}/{suffix}" if suffix else like.name, op=op)
+    node.input.extend(inputs)
+    node.device = like.device
+    node.attr["T"].CopyFrom(like.attr["T"])
+    return node
+
+
+def load_inception_2015(path, key, sha256=None):
+    """The `pool_3` features of the 2015-12-05 TensorFlow Inception graph, as TTUR's fid.py
+    (the reference FID), stylegan2-ada's metrics and clean-fid's `legacy_tensorflow` mode
+    compute them.
+
+    Images are quantised to uint8 (`to_uint8`) and fed, as float values in 0..255 at their
+    own size, to the graph's `ExpandDims:0`; the graph resizes them to 299x299 itself with
+    TF1's bilinear resize (`align_corners=False`, no half-pixel centres) and scales them to
+    [-1, 1]. No TensorFlow session: the GraphDef is imported into a
+    `tf.compat.v1.wrap_function` and pruned to `pool_3:0`.
+
+    Args:
+        path: the `classify_image_graph_def.pb` file (inside `INCEPTION_2015_URL`).
+        key: the flag or config key that named it (for errors).
+        sha256: the file's expected SHA-256 (hex), or None not to check.
+
+    Returns:
+        A callable images [N, H, W, C] in [-1, 1] -> features [N, 2048] (numpy).
+
+    Raises:
+        ConfigError: on `key` when the file is missing, unreadable, not the expected one (by
+            `sha256`), not a GraphDef, lacks `ExpandDims` or `pool_3`, or does not run.
+    """
+    hint = (
+        f"set {key} to {INCEPTION_2015}:/path/to/classify_image_graph_def.pb, the file in "
+        f"{INCEPTION_2015_URL}{_eval_off_hint(key)}"
+    )
+    if sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ConfigError(key, f"#sha256= takes 64 hex digits. Received: {sha256!r}")
+    if not os.path.isfile(path):
+        raise ConfigError(key, f"no graph file {path}; {hint}")
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path} ({e.strerror}); {hint}") from None
+    if sha256 is not None and (found := hashlib.sha256(data).hexdigest()) != sha256:
+        raise ConfigError(
+            key, f"{path} has sha256 {found}, not the {sha256} given (another or damaged file)"
+        )
+    graph_def = tf.compat.v1.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, or anything: one message
+        raise ConfigError(
+            key, f"{path} is not a TensorFlow GraphDef ({type(e).__name__}); {hint}"
+        ) from None
+    names = {node.name for node in graph_def.node}
+    missing = [n for n in (INCEPTION_2015_INPUT, INCEPTION_2015_OUTPUT) if n not in names]
+    if missing:
+        raise ConfigError(
+            key,
+            f"{path} has no {' and no '.join(n + ':0' for n in missing)}: not the Inception "
+            f"graph of 2015-12-05; {hint}",
+        )
+    try:
+        graph_def = upgrade_graph_def(graph_def)
+    except Exception as e:  # noqa: BLE001 - a malformed node: one message
+        raise ConfigError(
+            key, f"{path} has a malformed batch normalisation node ({type(e).__name__}); {hint}"
+        ) from None
+
+    def import_graph(images):
+        (features,) = tf.compat.v1.import_graph_def(
+            graph_def,
+            input_map={f"{INCEPTION_2015_INPUT}:0": images},
+            return_elements=[f"{INCEPTION_2015_OUTPUT}:0"],
+            name=INCEPTION_2015_SCOPE,
+        )
+        return features
+
+    try:
+        imported = tf.compat.v1.wrap_function(
+            import_graph, [tf.TensorSpec([None, None, None, 3], tf.float32)]
+        )
+        # Pruned to pool_3, so the graph's JPEG decoder (and its unfed input) never runs.
+        run = imported.prune(imported.inputs[0], imported.outputs[0])
+        run(tf.zeros([1, 8, 8, 3]))  # fails here, not in the middle of an evaluation
+    except Exception as e:  # noqa: BLE001 - unknown ops, wrong dtypes or shapes: one message
+        raise ConfigError(
+            key,
+            f"{path} does not import or run as the Inception graph ({type(e).__name__}); {hint}",
+        ) from None
+
+    def extract(images):
+        pixels = tf.constant(to_uint8(images), tf.float32)
+        features = run(pixels).numpy()
+        return features.reshape(len(features), -1)
+
+    return extract
+
+
+def format_table(result):
+    """A human-readable table of an evaluation result."""
+    lines = [f"step {result['step']}  (ema: {'yes' if result['ema'] else 'no'})"]
+    values = result["metrics"]
+    width = max(len(k) for k in values) if values else 0
+    for name, value in values.items():
+        lines.append(f"  {name:<{width}}  {format_value(value)}")
+    return "\n".join(lines)
+
+
+def format_value(value):
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+    return "n/a" if value is None else str(value)

@@ -1,0 +1,315 @@
+"""Working with a finished (or running) run folder: restore it, sample from it, evaluate it.
+
+    trainer, checkpoint = restore_run("runs/00000-completion-shapes")
+    write_samples(trainer, "out.png", num=16, seed=0)
+    result = evaluate_run(trainer, run_dir, checkpoint)
+
+What the CLI's `sample` and `eval` commands do, importable and testable without a subprocess.
+"""
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from stagegan.config.schema import apply_overrides, parse_config, read_yaml
+from stagegan.core.until import stage_ends
+from stagegan.errors import ConfigError, first_line
+from stagegan.runfolder import pictures
+from stagegan.runfolder.checkpoints import CheckpointStore
+
+EVAL_LOG = "eval.jsonl"
+
+
+def run_config(run_dir, key="--run"):
+    """The resolved config a run folder holds (`config.yaml`); problems name `key`."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(key, f"no such run folder: {run_dir}")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(key, f"{run_dir} is not a run folder (it has no config.yaml)")
+    try:
+        return parse_config(read_yaml(path, key))
+    except ConfigError as e:
+        if e.key == key:
+            raise
+        raise ConfigError(key, f"{path} is not a valid run config: {e}") from None
+
+
+def checkpoint_entries(run_dir, key="--run"):
+    """`(store, entries)`: a run's `CheckpointStore` (read-only) and its listed checkpoints;
+    an unreadable or malformed index is a ConfigError naming `key`."""
+    store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
+    index = store.directory / "index.json"
+    try:
+        entries = store.entries()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(key, f"the checkpoint index {index} is unreadable") from None
+    problem = store.index_problem(entries)
+    if problem:
+        raise ConfigError(key, f"the checkpoint index {index} is damaged: {problem}")
+    return store, entries
+
+
+def pick_checkpoint(
+    run_dir,
+    checkpoint=None,
+    key="--run",
+    checkpoint_key="--checkpoint",
+    listed=False,
+    empty_ok=False,
+):
+    """The one way every door (`sample`, `eval`, `--resume`, `--init-from`, the API) picks
+    a run's checkpoint and checks its files; returns `(store, entry, prefix)`.
+
+    Args:
+        run_dir: the run folder (its index is checked first).
+        checkpoint: a global step (int or digits), `best` (the checkpoint tagged best by
+            `checkpoint.keep_best`), a path prefix (with or without `.index`), or None for
+            the newest listed checkpoint.
+        key, checkpoint_key: the keys that problems name: `key` for the run and its newest
+            checkpoint, `checkpoint_key` for the one asked for.
+        listed: a path must be a checkpoint the index lists (resume and warm start need
+            its entry); otherwise any checkpoint path is taken (entry None; TensorFlow's
+            checksums check it while it is read).
+        empty_ok: a run with no checkpoint yet gives `(store, None, None)` instead of an
+            error (a resume then starts from step 0).
+
+    Raises:
+        ConfigError: no such step or path; the checkpoint's files are missing or are not the
+            sizes they were written with (a damaged newest names the newest whole one).
+    """
+    store, entries = checkpoint_entries(run_dir, key)
+    if checkpoint is None:
+        if not entries:
+            if empty_ok:
+                return store, None, None
+            raise ConfigError(key, f"{run_dir} has no checkpoint yet")
+        entry = entries[-1]
+        problem = store.verify(entry)
+        if problem is not None:
+            whole = [e for e in entries[:-1] if store.verify(e) is None]
+            flag = {"init.checkpoint": "--init-checkpoint"}.get(checkpoint_key, checkpoint_key)
+            hint = (
+                f"to use the previous good one, pass {flag} {whole[-1]['step']}"
+                if whole
+                else "no earlier checkpoint is whole"
+            )
+            raise ConfigError(
+                key, f"the latest checkpoint {store.path_of(entry)} is damaged: {problem}; {hint}"
+            )
+        return store, entry, store.path_of(entry)
+    text = str(checkpoint)
+    if text == "best" or text.isdigit():
+        entry = listed_entry(entries, text, run_dir, checkpoint_key)
+    else:
+        prefix = text[: -len(".index")] if text.endswith(".index") else text
+        if not os.path.isfile(prefix + ".index"):
+            raise ConfigError(checkpoint_key, f"no checkpoint at {prefix} (no {prefix}.index)")
+        where = Path(prefix).resolve()
+        entry = next((e for e in entries if Path(store.path_of(e)).resolve() == where), None)
+        if entry is None:
+            if listed:
+                raise ConfigError(
+                    checkpoint_key,
+                    f"{checkpoint} is not a listed checkpoint of {run_dir} (give its step)",
+                )
+            return store, None, prefix
+    problem = store.verify(entry)
+    if problem is not None:
+        raise ConfigError(checkpoint_key, f"{store.path_of(entry)} is damaged: {problem}")
+    return store, entry, store.path_of(entry)
+
+
+def listed_entry(entries, text, run_dir, checkpoint_key):
+    """The index entry that `--checkpoint best` or `--checkpoint STEP` names."""
+    if text == "best":
+        found = [e for e in entries if "best" in e["tags"]]
+        if not found:
+            raise ConfigError(
+                checkpoint_key,
+                f"{run_dir} has no checkpoint tagged best (it ranks checkpoints with "
+                "checkpoint.keep_best, from its first evaluation on)",
+            )
+        return found[-1]
+    found = [e for e in entries if e["step"] == int(text)]
+    if not found:
+        steps = ", ".join(str(e["step"]) for e in entries) or "none"
+        raise ConfigError(
+            checkpoint_key, f"{run_dir} has no checkpoint at step {text} (steps: {steps})"
+        )
+    return found[0]
+
+
+def find_checkpoint(run_dir, checkpoint=None):
+    """The checkpoint path prefix that `sample` and `eval` restore (see `pick_checkpoint`)."""
+    return pick_checkpoint(run_dir, checkpoint)[2]
+
+
+def read_checkpoint(checkpoint, path, key):
+    """`checkpoint.read(path)` (a `tf.train.Checkpoint`), its status returned; anything
+    TensorFlow raises on a damaged file (a bad checksum, a truncated file) is one
+    ConfigError naming `key`."""
+    try:
+        return checkpoint.read(path)
+    except Exception as e:  # noqa: BLE001 - DataLossError, OpError, IndexError, ...
+        raise ConfigError(key, f"cannot restore {path}: {first_line(e)}") from None
+
+
+def resolve_init(config):
+    """`(config, prefix)`: the source checkpoint of `config.init` (None: no warm start), and
+    the config with `init.checkpoint` set to that checkpoint's step.
+
+    Raises:
+        ConfigError: the source is not a run folder, has no checkpoint, or none at that step.
+    """
+    init = config.init
+    if init is None:
+        return config, None
+    run_config(init.run, key="init.run")
+    _, entry, prefix = pick_checkpoint(
+        init.run, init.checkpoint, "init.run", "init.checkpoint", listed=True
+    )
+    if init.checkpoint is None:
+        raw = apply_overrides(config.raw, [f"init.checkpoint={entry['step']}"])
+        config = parse_config(raw)
+    return config, prefix
+
+
+def check_run(run_dir, checkpoint=None):
+    """Check the run folder, its config and the checkpoint asked for (no TensorFlow needed)."""
+    run_config(run_dir)
+    return find_checkpoint(run_dir, checkpoint)
+
+
+def restore_run(run_dir, checkpoint=None):
+    """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`.
+
+    Raises:
+        ConfigError: no run folder, no or unknown checkpoint, an unreadable checkpoint.
+    """
+    from stagegan.training.trainer import Trainer
+
+    config = run_config(run_dir)
+    _, entry, path = pick_checkpoint(run_dir, checkpoint)
+    # Sampling and evaluating need one device, whatever devices or cluster trained the run
+    # (a checkpoint restores into any backend): the first GPU where there is one (`auto`
+    # with one tower), else the CPU.
+    one = dataclasses.replace(
+        config.devices, towers=1, variables="auto", strategy="towers", jit=False
+    )
+    config = dataclasses.replace(config, devices=one)
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
+        sys.path.insert(0, os.getcwd())
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU
+        with contextlib.suppress(RuntimeError, ValueError):  # already initialised
+            tf.config.experimental.set_memory_growth(gpu, True)
+    trainer = Trainer(config, stage_ends(config.stages, entry))
+    key = "--run" if checkpoint is None else "--checkpoint"
+    read_checkpoint(trainer.checkpoint, path, key).expect_partial()
+    return trainer, path
+
+
+def user_images(task, folder, num):
+    """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
+    from stagegan.data.sources import decode_files, list_folder
+
+    options = {**task.data, "source": "folder", "path": folder, "labels": None}
+    try:
+        files = list_folder(options).files
+    except ConfigError as e:
+        raise ConfigError("--input", e.message) from None
+    images, ok = decode_files(files[:num], options["size"], options["channels"])
+    return images[ok].astype(np.float32) / 127.5 - 1.0
+
+
+def write_samples(
+    trainer, output, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None
+):
+    """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
+    points) or `.png` (the task's picture). Returns a one-line description.
+
+    Raises:
+        ConfigError: an existing or unsupported output file, `--input` for a task that
+            cannot use it.
+    """
+
+    output = Path(output)
+    if output.suffix.lower() not in (".npy", ".png"):
+        raise ConfigError("--output", f"must end in .npy or .png. Received: {output}")
+    if output.exists():
+        raise ConfigError("--output", f"{output} already exists; not overwritten")
+    if not output.parent.is_dir():
+        raise ConfigError("--output", f"no such folder: {output.parent}")
+    task = trainer.task
+    inputs, outputs, info, used_ema = sample_arrays(
+        trainer, num, seed, ema, input_dir, batch_size, class_name
+    )
+    if output.suffix.lower() == ".npy":
+        tmp = output.with_name(output.name + ".tmp.npy")
+        np.save(tmp, np.asarray(task.export(outputs), np.float32))
+        tmp.replace(output)
+    else:
+        pictures.write_png(task.picture(inputs, outputs, info), output)
+    count = len(next(iter(inputs.values())))
+    return (
+        f"wrote {count} samples to {output} (step {trainer.step_count}, "
+        f"EMA {'yes' if used_ema else 'no'}, seed {seed})"
+    )
+
+
+def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None):
+    """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
+    (or made from the images in `input_dir`), `batch_size` at a time (None: the run's); a
+    class-conditional run's samples are all of class `class_name` (a name or index) if given."""
+    from stagegan.evaluation.evaluate import Evaluation
+
+    task = trainer.task
+    if input_dir is not None:
+        if "inputs" not in task.capabilities:
+            raise ConfigError("--input", f"task {task.name!r} takes no input images")
+        images = user_images(task, input_dir, num)
+        inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
+    else:
+        inputs, info = task.sample_inputs(num, seed)
+    if class_name is not None:
+        if "classes" not in task.capabilities:
+            raise ConfigError("--class", f"task {task.name!r} has no classes")
+        inputs["fake_y"] = np.full(num, task.class_index(str(class_name)), np.int32)
+        info = {k: v for k, v in info.items() if k != "columns"}  # a plain grid of one class
+    evaluation = Evaluation(trainer, None, ema=ema, batch_size=batch_size)
+    return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
+
+
+def evaluate_run(
+    trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True, batch_size=None
+):
+    """Evaluate the restored trainer and append the result to `RUN/eval.jsonl`."""
+    from stagegan.evaluation.evaluate import Evaluation
+    from stagegan.runfolder.logs import append_jsonl
+
+    if features is None and trainer.config.eval is not None:  # the run's own, if it named some
+        features = trainer.config.eval.features
+    evaluation = Evaluation(
+        trainer,
+        Path(run_dir),
+        count=count,
+        seed=trainer.config.seed if seed is None else seed,
+        features=features,
+        ema=ema,
+        batch_size=batch_size,
+    )
+    result = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "checkpoint": os.path.basename(checkpoint),
+        **evaluation.run(),
+    }
+    append_jsonl(Path(run_dir) / EVAL_LOG, result)
+    return result

@@ -1,0 +1,138 @@
+"""What `train`, `train --resume`, `plan`, `sample` and `eval` do, once their input is checked:
+the library code under both the command line (`stagegan.cli.main`) and the Python API
+(`stagegan.api`), so the two give the same results.
+
+Importing this module imports TensorFlow (the CLI silences its native log lines first).
+"""
+
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from stagegan.run.planning import describe_plan
+from stagegan.run.reading import evaluate_run, restore_run, sample_arrays
+from stagegan.run.resume import commit, restore
+from stagegan.run.warmstart import warm_start
+from stagegan.runfolder.dirs import atomic_write, create_run_dir, lock_run_dir
+from stagegan.training.loop import check_evaluation, train
+from stagegan.training.trainer import Trainer
+
+log = logging.getLogger("stagegan")
+
+
+def run(plan):
+    """Train as the `TrainPlan` `plan` says (checked already: nothing is checked again);
+    returns the run folder."""
+    if plan.resume is not None:
+        return _resume(plan)
+    return _start(plan)
+
+
+def _start(plan):
+    """A new run, trained to its end. What needs the networks is checked before the folder
+    exists (the warm start's variables, the evaluation's needs, tracing every stage). A
+    non-chief multi-worker worker trains into a temporary folder (`worker`)."""
+    config, chief = plan.config, plan.chief
+    for warning in plan.warnings():
+        log.warning("warning: %s", warning)
+    trainer = Trainer(config)
+    if chief:
+        announce(trainer.placement)
+    if plan.init_prefix is not None:
+        warm_start(trainer, plan.init_prefix)
+    if chief:
+        check_evaluation(trainer)  # before the run folder exists, and the slow trace
+    trainer.trace()
+    if not chief:
+        return worker(trainer, plan.run_dir)
+    run_dir = create_run_dir(plan.run_dir, name=config.name)
+    lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
+    atomic_write(run_dir / "config.yaml", config.to_yaml())
+    log.info("run folder: %s", run_dir)
+    train(trainer, run_dir)
+    return run_dir
+
+
+def _resume(plan):
+    """Go on with a run from its resume plan's checkpoint, with the accepted changes."""
+    resume = plan.resume
+    if plan.finished:
+        log.info("%s already finished at step %d; nothing to do", resume.run_dir, resume.step)
+        return resume.run_dir
+    if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
+        sys.path.insert(0, os.getcwd())
+    trainer = Trainer(resume.config, resume.ends, resume.until)
+    if plan.chief:
+        announce(trainer.placement)
+    trainer.trace(from_step=resume.step)
+    restore(trainer, resume)
+    if plan.chief:
+        check_evaluation(trainer)  # before the resume changes anything
+    if not plan.chief:
+        return worker(trainer, resume.run_dir)
+    lock = lock_run_dir(Path(resume.run_dir), "--resume")  # noqa: F841 - held while training
+    commit(resume, log)
+    train(trainer, resume.run_dir)
+    return resume.run_dir
+
+
+def announce(placement):
+    """Say where the run computes (one line), and warn when GPUs were asked for but none is
+    seen (a broken CUDA install would otherwise train on the CPU without a word)."""
+    log.info("%s", placement.describe())
+    if placement.warning:
+        log.warning("warning: %s", placement.warning)
+
+
+def worker(trainer, run_dir):
+    """A non-chief worker: the same steps and checkpoint saves as the chief (TensorFlow's
+    multi-worker rule), into a temporary folder that is deleted at the end. It writes no
+    samples, logs or evaluations, and logs warnings only."""
+    log.setLevel(logging.WARNING)
+    config = trainer.config
+    trainer.config = dataclasses.replace(
+        config,
+        samples=None,
+        eval=None,
+        log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
+    )
+    with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
+        train(trainer, Path(folder), run_name=run_dir)
+    return Path(run_dir) if run_dir else None
+
+
+def describe(config):
+    """The plan of `config`: a built and traced trainer, described (`stagegan plan`)."""
+    level = log.level
+    log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
+    try:
+        trainer = Trainer(config)
+        trainer.trace()
+    finally:
+        log.setLevel(level)
+    return describe_plan(trainer)
+
+
+def sample(run_dir, num, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
+    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them (all of
+    class `class_name` if given)."""
+    trainer, _ = restore_run(run_dir, checkpoint)
+    task = trainer.task
+    _, outputs, _, _ = sample_arrays(
+        trainer, num, seed, ema, batch_size=batch_size, class_name=class_name
+    )
+    return np.asarray(task.export(outputs), np.float32)
+
+
+def evaluate(
+    run_dir, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
+):
+    """A run's checkpoint evaluated, as `eval --json` prints it (also appended to
+    `RUN/eval.jsonl`)."""
+    trainer, path = restore_run(run_dir, checkpoint)
+    return evaluate_run(trainer, run_dir, path, count, seed, features, ema, batch_size)
