@@ -43,6 +43,7 @@ from stagegan.config.schema import (
 )
 from stagegan.errors import ConfigError
 from stagegan.run.reading import checkpoint_entries, run_config
+from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import read_metrics
 
 log = logging.getLogger("stagegan")
@@ -171,7 +172,7 @@ class Run:
 
     def metrics(self):
         """The records of `metrics.jsonl`: one per logged step, and the evaluations."""
-        path = self.path / "metrics.jsonl"
+        path = RunFolder(self.path).path / RunFolder.METRICS
         return read_metrics(path) if path.exists() else []
 
     def checkpoints(self):

@@ -311,16 +311,16 @@ def cmd_launch(args):
             print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
             return 0
     else:
-        from stagegan.runfolder.dirs import check_new_run_dir, create_run_dir
+        from stagegan.runfolder.dirs import RunFolder
 
         parsed.set = [*parsed.set, MULTI_WORKER]
         config = load(parsed)
         check_batch_divides(config.batch_size, args.workers)
         if parsed.run_dir is not None:
-            check_new_run_dir(parsed.run_dir)
+            RunFolder.check_new(parsed.run_dir)
         else:  # reserve the next numbered folder, empty, for the chief to fill
-            run_dir = create_run_dir(None, name=config.name)
-            worker_args += ["--run-dir", str(run_dir)]
+            folder = RunFolder.create(None, name=config.name)
+            worker_args += ["--run-dir", str(folder.path)]
         worker_args += ["--set", MULTI_WORKER]
     return launch(args.workers, worker_args, args.grace, gpus)
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 from stagegan.config.schema import chunk_size
 from stagegan.errors import ConfigError
 from stagegan.evaluation import metrics, realism
-from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.samples import chunked_outputs
 
 INCEPTION_SIDE = 299
@@ -124,7 +124,7 @@ class Evaluation:
         """The path of `stage`'s (last) stage-end checkpoint in this run, or None."""
         if self.run_dir is None:
             return None
-        store = CheckpointStore(self.run_dir / "checkpoints", None, 1)
+        store = RunFolder(self.run_dir).checkpoints()
         found = [e for e in store.entries() if f"stage_end:{stage.name}" in e["tags"]]
         return store.path_of(found[-1]) if found else None  # an extended stage ends later
 

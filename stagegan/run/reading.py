@@ -20,7 +20,7 @@ from stagegan.config.schema import apply_overrides, parse_config, read_yaml
 from stagegan.core.until import stage_ends
 from stagegan.errors import ConfigError, first_line
 from stagegan.runfolder import pictures
-from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.runfolder.dirs import RunFolder
 
 EVAL_LOG = "eval.jsonl"
 
@@ -30,7 +30,7 @@ def run_config(run_dir, key="--run"):
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(key, f"no such run folder: {run_dir}")
-    path = run_dir / "config.yaml"
+    path = RunFolder(run_dir).config_file
     if not path.is_file():
         raise ConfigError(key, f"{run_dir} is not a run folder (it has no config.yaml)")
     try:
@@ -44,7 +44,7 @@ def run_config(run_dir, key="--run"):
 def checkpoint_entries(run_dir, key="--run"):
     """`(store, entries)`: a run's `CheckpointStore` (read-only) and its listed checkpoints;
     an unreadable or malformed index is a ConfigError naming `key`."""
-    store = CheckpointStore(Path(run_dir) / "checkpoints", None, 1)
+    store = RunFolder(run_dir).checkpoints()
     index = store.directory / "index.json"
     try:
         entries = store.entries()

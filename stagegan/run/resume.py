@@ -32,12 +32,11 @@ from stagegan.core.until import stage_ends
 from stagegan.core.variables import slug
 from stagegan.errors import ConfigError, first_line
 from stagegan.run.reading import pick_checkpoint, run_config
-from stagegan.runfolder.checkpoints import CheckpointStore
-from stagegan.runfolder.dirs import atomic_write
+from stagegan.runfolder.dirs import RunFolder, atomic_write
 from stagegan.runfolder.logs import append_jsonl, tensorboard_session_start
 from stagegan.runfolder.samples import INPUTS, read_inputs
 
-RESUME_LOG = "resume.jsonl"
+RESUME_LOG = RunFolder.RESUME_LOG
 # What `--set` may change on resume: keys that do not change what was already computed. The
 # sections' fields say so themselves (`option(..., resume=True)` in `stagegan.config.schema`).
 SAFE = (
@@ -56,7 +55,7 @@ SAFE_TEXT = (
     "checkpoint.every, eval (any of it), and devices (but for mixed_precision)"
 )
 # Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
-STEP_LOGS = ("metrics.jsonl", "guard.jsonl", "samples/manifest.jsonl")
+STEP_LOGS = (RunFolder.METRICS, RunFolder.GUARD, f"{RunFolder.SAMPLES}/manifest.jsonl")
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class ResumePlan:
 
     @property
     def store(self):
-        return CheckpointStore(self.run_dir / "checkpoints", None, 1)
+        return RunFolder(self.run_dir).checkpoints()
 
     @property
     def prefix(self):
@@ -331,7 +330,7 @@ def commit(plan, log):
     if (run_dir / "tensorboard").is_dir():  # TensorBoard then drops the later events
         tensorboard_session_start(run_dir / "tensorboard", step + 1)
     if plan.changes:
-        atomic_write(run_dir / "config.yaml", plan.config.to_yaml())
+        RunFolder(run_dir).write(RunFolder.CONFIG, plan.config.to_yaml())
     record = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": None if plan.entry is None else plan.entry["prefix"],

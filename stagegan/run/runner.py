@@ -18,7 +18,7 @@ from stagegan.run.planning import describe_plan
 from stagegan.run.reading import evaluate_run, restore_run, sample_arrays
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
-from stagegan.runfolder.dirs import atomic_write, create_run_dir, lock_run_dir
+from stagegan.runfolder.dirs import RunFolder
 from stagegan.training.loop import check_evaluation, train
 from stagegan.training.trainer import Trainer
 
@@ -50,12 +50,12 @@ def _start(plan):
     trainer.trace()
     if not chief:
         return worker(trainer, plan.run_dir)
-    run_dir = create_run_dir(plan.run_dir, name=config.name)
-    lock = lock_run_dir(run_dir)  # noqa: F841 - held while training
-    atomic_write(run_dir / "config.yaml", config.to_yaml())
-    log.info("run folder: %s", run_dir)
-    train(trainer, run_dir)
-    return run_dir
+    folder = RunFolder.create(plan.run_dir, name=config.name)
+    lock = folder.lock()  # noqa: F841 - held while training
+    folder.write(RunFolder.CONFIG, config.to_yaml())
+    log.info("run folder: %s", folder.path)
+    train(trainer, folder.path)
+    return folder.path
 
 
 def _resume(plan):
@@ -75,7 +75,7 @@ def _resume(plan):
         check_evaluation(trainer)  # before the resume changes anything
     if not plan.chief:
         return worker(trainer, resume.run_dir)
-    lock = lock_run_dir(Path(resume.run_dir), "--resume")  # noqa: F841 - held while training
+    lock = RunFolder(resume.run_dir).lock("--resume")  # noqa: F841 - held while training
     commit(resume, log)
     train(trainer, resume.run_dir)
     return resume.run_dir

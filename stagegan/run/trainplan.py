@@ -16,7 +16,7 @@ from stagegan.config.cluster import is_chief
 from stagegan.core.until import never_checked
 from stagegan.run.reading import resolve_init
 from stagegan.run.resume import plan_resume
-from stagegan.runfolder.dirs import check_new_run_dir
+from stagegan.runfolder.dirs import RunFolder
 
 log = logging.getLogger("stagegan")
 
@@ -55,7 +55,7 @@ class TrainPlan:
         if chief is None:
             chief = is_chief(config, run_dir)
         if run_dir and chief:
-            check_new_run_dir(run_dir)
+            RunFolder.check_new(run_dir)
         return cls(config, Path(run_dir) if run_dir else None, chief, prefix)
 
     @classmethod

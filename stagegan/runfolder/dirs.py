@@ -127,3 +127,60 @@ def atomic_write(path, data, durable=False):
         with contextlib.suppress(OSError):  # the original error is the one to report
             tmp.unlink(missing_ok=True)
         raise
+
+
+class RunFolder:
+    """One run folder: the names of its files, its lock, its checkpoint index and the one
+    atomic write. Every door reads and writes a run through it.
+
+        config.yaml        the resolved config (`CONFIG`)
+        checkpoints/       the checkpoints and their index (`checkpoints()`)
+        metrics.jsonl      one record per logged step (`METRICS`)
+        guard.jsonl        the updates the NaN/Inf guard skipped (`GUARD`)
+        resume.jsonl       one record per resume (`RESUME_LOG`)
+        samples/           sample pictures and their manifest
+        .lock              held by the process that trains into it (`lock`)
+    """
+
+    CONFIG = "config.yaml"
+    CHECKPOINTS = "checkpoints"
+    METRICS = "metrics.jsonl"
+    GUARD = "guard.jsonl"
+    RESUME_LOG = "resume.jsonl"
+    SAMPLES = "samples"
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __repr__(self):
+        return f"RunFolder({str(self.path)!r})"
+
+    @classmethod
+    def create(cls, path=None, root="runs", name="run"):
+        """A new run folder: `path` if given (refused when it holds something), else the
+        next `root/NNNNN-name` (see `create_run_dir`)."""
+        return cls(create_run_dir(path, root, name))
+
+    @staticmethod
+    def check_new(path):
+        """Refuse `path` as a new run's folder before anything is built (`check_new_run_dir`)."""
+        check_new_run_dir(path)
+
+    def lock(self, key="--run-dir"):
+        """The folder's lock (`lock_run_dir`), held while the returned object lives."""
+        return lock_run_dir(self.path, key)
+
+    def write(self, name, data, durable=False):
+        """Write the file `name` of the folder atomically (`atomic_write`)."""
+        atomic_write(self.path / name, data, durable)
+
+    @property
+    def config_file(self):
+        return self.path / self.CONFIG
+
+    def checkpoints(self, saver=None, keep=1):
+        """The `CheckpointStore` of its checkpoints (`saver`: the trainer's `tf.train.Checkpoint`,
+        None to read only; `keep`: the newest periodic ones kept)."""
+        from stagegan.runfolder.checkpoints import CheckpointStore  # it imports this module
+
+        return CheckpointStore(self.path / self.CHECKPOINTS, saver, keep)

@@ -19,7 +19,7 @@ from stagegan.runfolder.dirs import atomic_write
 
 log = logging.getLogger("stagegan")
 
-METRICS = "metrics.jsonl"
+METRICS = "metrics.jsonl"  # RunFolder.METRICS
 RECORD_FIELDS = (
     "step",
     "stage",

@@ -40,7 +40,7 @@ from stagegan.config.schema import Plateau
 from stagegan.core.until import Conditions
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost, WriteError, first_line
 from stagegan.evaluation.evaluate import Evaluation
-from stagegan.runfolder.checkpoints import CheckpointStore
+from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import (
     Progress,
     RunLog,
@@ -120,9 +120,7 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         Interrupted: SIGINT or SIGTERM, after the checkpoint was written.
         WriteError: a file of the run could not be written (a full disk, permissions).
     """
-    store = CheckpointStore(
-        run_dir / "checkpoints", trainer.checkpoint, trainer.config.checkpoint.keep
-    )
+    store = RunFolder(run_dir).checkpoints(trainer.checkpoint, trainer.config.checkpoint.keep)
     try:
         # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
         # act at once, and a resume starts from the last periodic or stage-end checkpoint.
