@@ -173,4 +173,4 @@ def test_installed_package_finds_its_stages_and_configs(tmp_path):
     where, stage = result.stdout.splitlines()
     assert where.startswith(str(target)) and stage == "joint 1200"
     # The shapes classifier's weights (eval's offline realism features) ship too.
-    assert (target / "stagegan" / "shapes_net.npz").stat().st_size > 100_000
+    assert (target / "stagegan" / "evaluation" / "shapes_net.npz").stat().st_size > 100_000

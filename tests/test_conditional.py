@@ -259,3 +259,13 @@ def test_eval_reports_fid_and_kid_per_class(folder_run):
         evaluation.features(real[mid]), evaluation.features(fake[mid])
     )
     assert reported["fid/mid"] == pytest.approx(by_hand, rel=1e-4)
+
+
+def test_class_samples_of_an_unconditional_run_are_refused_naming_the_key():
+    from stagegan.tasks.base import RandomStreams
+    from stagegan.tasks.unconditional import Unconditional
+
+    task = Unconditional({"data": {"source": "shapes", "size": 32}}, RandomStreams(0))
+    assert "classes" in task.capabilities  # declared: the refusal is the task's own
+    with pytest.raises(ConfigError, match=r"^--class: the run's model is not class-conditional"):
+        task.class_index("3")

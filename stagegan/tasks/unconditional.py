@@ -37,6 +37,8 @@ UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
 class Unconditional(ImageTask):
     name = "unconditional"
+    # `class_index` refuses, naming model.conditional, when the run is not conditional
+    capabilities = ImageTask.capabilities | {"classes"}
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", *regularisers.TERMS)
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them
@@ -75,8 +77,6 @@ class Unconditional(ImageTask):
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.conditional = self.model["conditional"]
-        if self.conditional:
-            self.capabilities = self.capabilities | {"classes"}
 
     def build(self):
         self.build_source()
