@@ -172,7 +172,7 @@ class Run:
 
     def metrics(self):
         """The records of `metrics.jsonl`: one per logged step, and the evaluations."""
-        path = RunFolder(self.path).path / RunFolder.METRICS
+        path = self.path / RunFolder.METRICS
         return read_metrics(path) if path.exists() else []
 
     def checkpoints(self):

@@ -152,13 +152,11 @@ def defaults(record):
 
 
 def build_section(record, value, key):
-    """The record of section `key` from its YAML mapping `value`: unknown keys refused,
-    defaults filled in (and written back into `value`, which is what `config.yaml` keeps),
-    each field checked."""
+    """The record of section `key` from its YAML mapping `value`, whose defaults the caller
+    has filled in (from `defaults(record)`, defaults first, as `config.yaml` keeps them):
+    unknown keys refused, each field checked."""
     fields = dataclasses.fields(record)
     _check_keys(_mapping(value, key), tuple(f.name for f in fields), key)
-    for f in fields:
-        value.setdefault(f.name, copy.deepcopy(f.metadata["default"]))
     return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
 
 

@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 
-from stagegan.runfolder.dirs import atomic_write
+from stagegan.runfolder.dirs import RunFolder, atomic_write
 
 log = logging.getLogger("stagegan")
 
-METRICS = "metrics.jsonl"  # RunFolder.METRICS
+METRICS = RunFolder.METRICS
 RECORD_FIELDS = (
     "step",
     "stage",

@@ -231,7 +231,7 @@ def flush_guard(trainer, run_dir):
         trainer.guard.flush()
     finally:
         for event in trainer.guard.events:
-            append_jsonl(run_dir / "guard.jsonl", event)
+            append_jsonl(run_dir / RunFolder.GUARD, event)
         trainer.guard.events.clear()
 
 
