@@ -4,11 +4,10 @@
     python benchmarks/limited_data.py --counts 1797 --seeds 0,1,2 --variants shipped,no-augment
     python benchmarks/limited_data.py --variant 'no-sn=model.spectral_norm=false'
 
-Data (offline): `sklearn` is the 1,797 real handwritten digits that scikit-learn ships (8x8,
-upscaled to 32 px grey; scikit-learn is used by this benchmark only, never by stagegan:
-`pip install scikit-learn`); `rendered` is the digits `examples/digits_folder.py` renders. A
-count below the whole set takes that many images, chosen by a fixed seed with the classes in
-their proportions.
+Data (offline): the 1,797 real handwritten digits that scikit-learn ships (8x8, upscaled to
+32 px grey; scikit-learn is used by this benchmark only, never by stagegan:
+`pip install scikit-learn`). A count below the whole set takes that many images, chosen by a
+fixed seed with the classes in their proportions.
 
 Each run is a real `python -m stagegan train` into `--out`, then:
   * the judge: a classifier trained on all the real digits (scikit-learn's logistic regression
@@ -21,8 +20,16 @@ Each run is a real `python -m stagegan train` into `--out`, then:
     own images: comparable only between runs on the same images) and c2st (a classifier's
     held-out accuracy telling samples from real images: 0.5 is indistinguishable). The real
     images are the training images (a folder has no held-out split): memorising them scores
-    well here.
-One row per run, with the training time; `--keep` leaves the runs and their sample grids.
+    well here;
+  * on a count below the whole set, numbers against the digits the run never saw (`ho_`),
+    which memorising does not help: `ho_fd` (Frechet distance), `ho_precision`, `ho_recall`,
+    `ho_density`, `ho_coverage`, all in the 64 pixels of the 8x8 area averages the judge
+    reads, and `memorised`: the share of samples nearer to a training image than to any of
+    as many unseen digits (mean over 5 draws of them; about 0.5 for samples drawn from the
+    digits' distribution, 1.0 for copies of the training images).
+One row per run, with the training time; the runs stay in `--out` (`samples/` has the grids).
+`--rescore RUN...` prints the rows of finished runs again (for example after a change to
+these numbers), without training.
 """
 
 import argparse
@@ -37,6 +44,9 @@ VARIANTS = {
     "shipped": [],
     "no-augment": ["augment=null"],
 }
+
+
+TOTAL = 1797  # scikit-learn's digits
 
 
 def sklearn_digits():
@@ -114,13 +124,82 @@ class Judge:
         }
 
     def read_samples(self, samples):
-        """Samples [N, 32, 32, 1] in [0, 1] -> 8x8 area averages -> `read`."""
-        n, side = len(samples), samples.shape[1]
-        small = samples[..., 0].reshape(n, 8, side // 8, 8, side // 8).mean(axis=(2, 4))
-        return self.read(small)
+        """Samples [N, S, S, 1] in [0, 1] -> 8x8 area averages -> `read`."""
+        return self.read(area_average(samples[..., 0]))
 
 
-def one_run(args, judge, folder, count, seed, name, sets):
+def as_read(images, size=32):
+    """8x8 digits [N, 8, 8] in [0, 1] as the judge reads a sample: upscaled and quantised as
+    `write_folder` writes them, then area-averaged back to 8x8 (so that real and generated
+    digits pass through the same steps)."""
+    import tensorflow as tf
+
+    big = tf.image.resize(images[..., None].astype(np.float32), [size, size], "bilinear")
+    big = np.clip(np.round(big.numpy()[..., 0] * 255), 0, 255) / 255.0
+    return area_average(big)
+
+
+def area_average(images):
+    """[N, S, S] -> [N, 8, 8] means over (S/8)x(S/8) blocks."""
+    n, side = images.shape[:2]
+    return images.reshape(n, 8, side // 8, 8, side // 8).mean(axis=(2, 4))
+
+
+class HeldOut:
+    """The `ho_` numbers and `memorised` of a run on `count` of the digits, against the
+    others (see the module docstring)."""
+
+    DRAWS = 5
+
+    def __init__(self, count):
+        images, labels = sklearn_digits()
+        chosen = subset(labels, count)
+        unseen = np.setdiff1d(np.arange(len(labels)), chosen)
+        self.train = as_read(images[chosen]).reshape(len(chosen), -1)
+        self.unseen = as_read(images[unseen]).reshape(len(unseen), -1)
+
+    def read(self, samples):
+        """Samples [N, 8, 8] (area averages) -> the numbers, as a dict."""
+        from stagegan.evaluation.metrics import frechet_distance
+        from stagegan.evaluation.realism import density_coverage, precision_recall
+
+        fake = samples.reshape(len(samples), -1)
+        row = {"ho_fd": frechet_distance(self.unseen, fake)}
+        pr = precision_recall(self.unseen, fake, k=3)
+        dc = density_coverage(self.unseen, fake, k=5)
+        row.update({f"ho_{key}": value for key, value in {**pr, **dc}.items()})
+        row["memorised"] = self.memorised(fake)
+        return row
+
+    def memorised(self, fake):
+        """Share of `fake` nearer to a training digit than to any of as many unseen ones."""
+        rng = np.random.default_rng(0)
+        to_train = nearest(fake, self.train)
+        shares = []
+        for _ in range(self.DRAWS):
+            drawn = rng.choice(len(self.unseen), len(self.train), replace=False)
+            shares.append(np.mean(to_train < nearest(fake, self.unseen[drawn])))
+        return float(np.mean(shares))
+
+
+def nearest(points, references):
+    """Squared distance of each of `points` [N, D] to its nearest of `references` [M, D]."""
+    squared = (
+        np.sum(points**2, 1)[:, None] - 2 * points @ references.T + np.sum(references**2, 1)[None]
+    )
+    return np.maximum(squared.min(axis=1), 0.0)
+
+
+def score(judge, held_out, run, row):
+    """Adds the judge's and the held-out numbers of `run`'s judge.npy samples to `row`."""
+    samples = np.load(run / "judge.npy")
+    row.update(judge.read_samples(samples))
+    if held_out is not None:
+        row.update(held_out.read(area_average(samples[..., 0])))
+    return row
+
+
+def one_run(args, judge, held_out, folder, count, seed, name, sets):
     run = args.out / f"{name}-n{count}-s{seed}"
     if run.exists():
         raise SystemExit(f"limited_data.py: {run} exists; choose another --out")
@@ -133,7 +212,7 @@ def one_run(args, judge, folder, count, seed, name, sets):
     seconds = time.perf_counter() - start
     stagegan("sample", "--run", str(run), "--num", "1000", "--output", str(run / "judge.npy"))
     row = {"variant": name, "count": count, "seed": seed, "train_s": round(seconds, 1)}
-    row.update(judge.read_samples(np.load(run / "judge.npy")))
+    score(judge, held_out, run, row)
     n = min(count, 1000)
     evaluated = stagegan(
         "eval", "--run", str(run), "--json", "--features", "selfsup", "--count", str(n)
@@ -155,24 +234,45 @@ def main():
     parser.add_argument("--set", action="append", default=[], help="for every run")
     parser.add_argument("--out", type=Path, default=Path("runs/limited_data"))
     parser.add_argument("--json", type=Path, help="append each row to this file")
+    parser.add_argument("--rescore", type=Path, nargs="+", metavar="RUN", help="score only")
     args = parser.parse_args()
+    judge = Judge()
+    print(f"judge: held-out accuracy {judge.accuracy:.3f}; on the real digits {judge.real}")
+    if args.rescore:
+        return rescore(judge, args.rescore)
     args.out = args.out.resolve()
     variants = {name: VARIANTS[name] for name in args.variants.split(",") if name}
     for spec in args.variant:
         name, _, sets = spec.partition("=")
         variants[name] = [s for s in sets.split(";") if s]
-    judge = Judge()
-    print(f"judge: held-out accuracy {judge.accuracy:.3f}; on the real digits {judge.real}")
     args.out.mkdir(parents=True, exist_ok=True)
     for count in map(int, args.counts.split(",")):
         folder = prepare(args.data, count, args.out)
+        held_out = HeldOut(count) if count < TOTAL else None
         for seed in map(int, args.seeds.split(",")):
             for name, sets in variants.items():
-                row = one_run(args, judge, folder, count, seed, name, sets)
+                row = one_run(args, judge, held_out, folder, count, seed, name, sets)
                 print(json.dumps(row), flush=True)
                 if args.json:
                     with open(args.json, "a") as f:
                         f.write(json.dumps(row) + "\n")
+
+
+def rescore(judge, runs):
+    """Prints the judge's and held-out numbers of finished runs (one JSON row each)."""
+    import yaml
+
+    held_outs = {}
+    for run in runs:
+        if not (run / "judge.npy").exists():
+            print(f"limited_data.py: {run} has no judge.npy (not finished?); skipped", flush=True)
+            continue
+        folder = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["path"])
+        count = sum(1 for _ in folder.glob("*/*.png"))
+        if count < TOTAL and count not in held_outs:
+            held_outs[count] = HeldOut(count)
+        row = score(judge, held_outs.get(count), run, {"run": str(run), "count": count})
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

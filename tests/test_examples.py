@@ -98,3 +98,50 @@ def test_custom_generator_in_a_builtin_task(tmp_path):
     keys = read_checkpoint(run_dir / "checkpoints" / "ckpt-00000003")
     assert variable_key("generator/e1/kernel") in keys
     assert variable_key("generator/m2/kernel") in keys
+
+
+def test_cluster_folder_sorts_images_by_kind_and_refuses_a_used_output(tmp_path):
+    """Three kinds of 12 px images (dark, light, left half light; a little noise each), in
+    one unlabelled folder: three clusters must be the three kinds, whatever the order."""
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    kinds = {"dark": np.zeros((12, 12)), "light": np.ones((12, 12)), "half": np.zeros((12, 12))}
+    kinds["half"][:, :6] = 1
+    images = tmp_path / "images"
+    (images / "nested").mkdir(parents=True)
+    truth = {}
+    for i in range(30):
+        name = list(kinds)[i % 3]
+        pixels = np.clip(kinds[name] * 200 + 20 + rng.normal(0, 8, (12, 12)), 0, 255)
+        folder = images / "nested" if i % 2 else images
+        Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{i:02d}.png")
+        truth[i] = name
+    (images / "notes.txt").write_text("not an image")
+    script = [sys.executable, str(EXAMPLES / "cluster_folder.py")]
+    out = tmp_path / "clustered"
+    done = subprocess.run([*script, str(images), str(out), "--clusters", "3"], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    clusters = sorted(out.iterdir())
+    assert [c.name for c in clusters] == ["cluster00", "cluster01", "cluster02"]
+    # Files are numbered in sorted path order: images/00.png, 02.png, ..., then nested/.
+    order = sorted(images.rglob("*.png"))
+    found = [{truth[int(order[int(f.stem)].stem)] for f in c.iterdir()} for c in clusters]
+    assert sorted(map(sorted, found)) == [["dark"], ["half"], ["light"]]
+    assert sum(len(list(c.iterdir())) for c in clusters) == 30
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    again = subprocess.run([*script, str(images), str(out)], capture_output=True, text=True)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"cluster_folder.py: out: {out} exists; name a new folder"
+    ]
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    many = subprocess.run(
+        [*script, str(images), str(tmp_path / "x"), "--clusters", "31"],
+        capture_output=True,
+        text=True,
+    )
+    assert many.returncode == 2 and "has 30" in many.stderr and not (tmp_path / "x").exists()
