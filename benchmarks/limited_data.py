@@ -28,8 +28,9 @@ Each run is a real `python -m stagegan train` into `--out`, then:
     as many unseen digits (mean over 5 draws of them; about 0.5 for samples drawn from the
     digits' distribution, 1.0 for copies of the training images).
 One row per run, with the training time; the runs stay in `--out` (`samples/` has the grids).
-`--rescore RUN...` prints the rows of finished runs again (for example after a change to
-these numbers), without training.
+`--rescore RUN...` prints the judge's and the `ho_` numbers of finished runs (for example
+after a change to them), without training. A conditional run's `judge.npy` (`stagegan sample`)
+holds as many samples of each class.
 """
 
 import argparse
@@ -174,11 +175,12 @@ class HeldOut:
     def memorised(self, fake):
         """Share of `fake` nearer to a training digit than to any of as many unseen ones."""
         rng = np.random.default_rng(0)
-        to_train = nearest(fake, self.train)
+        size = min(len(self.train), len(self.unseen))  # as many of each
         shares = []
         for _ in range(self.DRAWS):
-            drawn = rng.choice(len(self.unseen), len(self.train), replace=False)
-            shares.append(np.mean(to_train < nearest(fake, self.unseen[drawn])))
+            train = self.train[rng.choice(len(self.train), size, replace=False)]
+            drawn = self.unseen[rng.choice(len(self.unseen), size, replace=False)]
+            shares.append(np.mean(nearest(fake, train) < nearest(fake, drawn)))
         return float(np.mean(shares))
 
 
@@ -248,7 +250,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     for count in map(int, args.counts.split(",")):
         folder = prepare(args.data, count, args.out)
-        held_out = HeldOut(count) if count < TOTAL else None
+        held_out = HeldOut(count) if count <= TOTAL - 10 else None  # 10+ unseen digits
         for seed in map(int, args.seeds.split(",")):
             for name, sets in variants.items():
                 row = one_run(args, judge, held_out, folder, count, seed, name, sets)
@@ -269,7 +271,9 @@ def rescore(judge, runs):
             continue
         folder = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["path"])
         count = sum(1 for _ in folder.glob("*/*.png"))
-        if count < TOTAL and count not in held_outs:
+        if count == 0:
+            raise SystemExit(f"limited_data.py: {run}: its data folder {folder} has no images")
+        if count <= TOTAL - 10 and count not in held_outs:
             held_outs[count] = HeldOut(count)
         row = score(judge, held_outs.get(count), run, {"run": str(run), "count": count})
         print(json.dumps(row), flush=True)

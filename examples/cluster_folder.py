@@ -3,16 +3,16 @@ class-conditional preset can train on it: a self-conditioned GAN (Liu et al. 202
 Image Generation via Self-Conditioned GANs", with the clusters fixed once, from the pixels):
 
     python examples/cluster_folder.py IMAGES CLUSTERED --clusters 20
-    python -m stagegan train --config cdcgan_folder --set data.path=CLUSTERED
+    python -m stagegan train --config dcgan_clusters --set data.path=CLUSTERED
 
 Each image is centre-cropped to a square and area-averaged to 8x8 pixels (grey, or RGB with
 `--colour`); k-means (k-means++ seeding, the best of `--restarts` by the sum of squared
 distances) groups these 64 (or 192) numbers. The files are copied into
 `CLUSTERED/cluster00/`, `cluster01/`, ... (the input folder is not changed). The generator
 then draws one cluster at a time, clusters in proportion to their sizes, so the samples keep
-the folder's mix; `sample --class cluster03` draws one. docs/recipes.md ("Self-conditioned
-images") has what it does on 180 and 1,797 handwritten digits, and what it costs: on a few
-hundred images, samples near copies of the training images.
+the folder's mix; `sample --class cluster03` draws one. docs/recipes.md ("Images:
+`dcgan_folder`", its last round) has what it does on 180 and 1,797 handwritten digits, and
+what it costs: on a few hundred images, samples near copies of the training images.
 """
 
 import argparse
@@ -66,13 +66,14 @@ def plus_plus(points, k, rng):
     """k-means++ seeding (Arthur & Vassilvitskii 2007): each next centre drawn with
     probability proportional to the squared distance to the nearest chosen one."""
     centres = [points[rng.integers(len(points))]]
+    squared = ((points - centres[0]) ** 2).sum(1)  # to the nearest chosen centre
     for _ in range(1, k):
-        squared = np.min(((points[:, None] - np.array(centres)[None]) ** 2).sum(-1), axis=1)
         total = squared.sum()
         if total == 0:  # fewer distinct points than clusters: repeat one
             centres.append(points[rng.integers(len(points))])
-            continue
-        centres.append(points[rng.choice(len(points), p=squared / total)])
+        else:
+            centres.append(points[rng.choice(len(points), p=squared / total)])
+        squared = np.minimum(squared, ((points - centres[-1]) ** 2).sum(1))
     return np.array(centres)
 
 
@@ -105,22 +106,32 @@ def main():
         fail(f"out: {args.out} exists; name a new folder")
     if args.clusters < 1:
         fail(f"--clusters must be at least 1. Received: {args.clusters}")
+    if args.restarts < 1:
+        fail(f"--restarts must be at least 1. Received: {args.restarts}")
+    if args.seed < 0:
+        fail(f"--seed must be 0 or more. Received: {args.seed}")
     files, points = [], []
     for path in image_files(args.folder):
         try:
             points.append(features(path, args.colour))
             files.append(path)
-        except (UnidentifiedImageError, OSError) as error:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
             print(f"cluster_folder.py: skipped {path}: {error}", file=sys.stderr)
     if len(files) < args.clusters:
         fail(f"--clusters {args.clusters} needs as many images; {args.folder} has {len(files)}")
     labels, _ = kmeans(np.array(points), args.clusters, args.seed, args.restarts)
     used, labels = np.unique(labels, return_inverse=True)  # no empty subfolder
     sizes = np.bincount(labels)
-    for j in range(len(used)):
-        (args.out / f"cluster{j:02d}").mkdir(parents=True)
-    for i, (path, label) in enumerate(zip(files, labels, strict=True)):
-        shutil.copy2(path, args.out / f"cluster{label:02d}" / f"{i:06d}{path.suffix.lower()}")
+    digits = max(2, len(str(len(used) - 1)))  # names sort in cluster order
+    try:
+        for j in range(len(used)):
+            (args.out / f"cluster{j:0{digits}d}").mkdir(parents=True)
+        for i, (path, label) in enumerate(zip(files, labels, strict=True)):
+            target = args.out / f"cluster{label:0{digits}d}" / f"{i:06d}{path.suffix.lower()}"
+            shutil.copy2(path, target)
+    except OSError as error:
+        shutil.rmtree(args.out, ignore_errors=True)
+        fail(f"out: cannot write {args.out}: {error}")
     print(
         f"{len(files)} images in {len(used)} clusters of {sizes.min()} to {sizes.max()}: {args.out}"
     )
