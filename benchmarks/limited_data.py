@@ -178,7 +178,9 @@ class HeldOut:
         size = min(len(self.train), len(self.unseen))  # as many of each
         shares = []
         for _ in range(self.DRAWS):
-            train = self.train[rng.choice(len(self.train), size, replace=False)]
+            train = self.train
+            if len(train) > size:  # more training than unseen digits
+                train = train[rng.choice(len(train), size, replace=False)]
             drawn = self.unseen[rng.choice(len(self.unseen), size, replace=False)]
             shares.append(np.mean(nearest(fake, train) < nearest(fake, drawn)))
         return float(np.mean(shares))
@@ -186,10 +188,12 @@ class HeldOut:
 
 def nearest(points, references):
     """Squared distance of each of `points` [N, D] to its nearest of `references` [M, D]."""
-    squared = (
-        np.sum(points**2, 1)[:, None] - 2 * points @ references.T + np.sum(references**2, 1)[None]
-    )
-    return np.maximum(squared.min(axis=1), 0.0)
+    from stagegan.evaluation.realism import squared_distance_blocks
+
+    out = np.empty(len(points))
+    for rows, block in squared_distance_blocks(points, references):
+        out[rows] = block.min(axis=1)
+    return out
 
 
 def score(judge, held_out, run, row):
