@@ -37,6 +37,8 @@ def test_preset_runs_every_stage(name, tmp_path, offline_mnist):
         if preset.data.get("source") == "folder"
         else ["batch_size=4"]
     )
+    if preset.data.get("labels") == "clusters":
+        sets.append("data.clusters=2")
     sets += SHRINK[preset.task] + [f"stages[{i}].steps=1" for i in range(len(preset.stages))]
     trainer = Trainer(load_config(name, sets))
     before = {v.path: v.numpy().copy() for v in trainer.variables}

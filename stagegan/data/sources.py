@@ -10,9 +10,11 @@ the number of files).
     type       options
     shapes     size (32), channels (3), count (8000): procedurally drawn, seeded images of
                coloured circles, squares and triangles on varied backgrounds
-    folder     path, size, channels, cache (none | memory), labels (subfolders): PNG or JPEG
-               files under `path`, centre-cropped and resized; unreadable ones skipped (and
-               files that are not regular files: a fifo, a socket, a device)
+    folder     path, size, channels, cache (none | memory), labels (subfolders | clusters),
+               clusters (20): PNG or JPEG files under `path`, centre-cropped and resized;
+               unreadable ones skipped (and files that are not regular files: a fifo, a
+               socket, a device). `labels: clusters` makes k-means clusters of the images
+               their classes (`stagegan.data.clusters`)
     npz        path, key ("images"), labels (an array name), classes: an array file; uint8
                [0, 255] or float in [0, 1]
     tfrecord   path (file or glob), image_feature ("image"), labels (an int64 feature name),
@@ -30,6 +32,7 @@ import tensorflow as tf
 
 from stagegan.config.memory import check_image_memory
 from stagegan.core.staging import pixels_to_float
+from stagegan.data import clusters
 from stagegan.errors import ConfigError
 
 log = logging.getLogger("stagegan")
@@ -46,6 +49,7 @@ DEFAULTS = {
     "cache": "none",
     "labels": None,
     "classes": None,
+    "clusters": None,
 }
 
 
@@ -389,18 +393,20 @@ def list_folder(options):
     path = _require_path(options)
     if not os.path.isdir(path):
         raise ConfigError("data.path", f"no such folder: {shown(path)}")
-    if options["labels"] is None:
+    if options["labels"] in (None, "clusters"):
         files, others = _image_files(path)
         if not files:
             raise ConfigError(
                 "data.path", f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
             )
+        if options["labels"] == "clusters":
+            return _clustered(path, files, options, _not_regular(others))
         return Listing(path, files, skipped=_not_regular(others))
     if options["labels"] != "subfolders":
         raise ConfigError(
             "data.labels",
-            f"a folder's labels must be 'subfolders' (one subfolder per class). "
-            f"Received: {options['labels']!r}",
+            f"a folder's labels must be 'subfolders' (one subfolder per class) or 'clusters' "
+            f"(data.clusters groups of alike images). Received: {options['labels']!r}",
         )
     loose = [n for n in sorted(os.listdir(path)) if n.lower().endswith(IMAGE_SUFFIXES)]
     if loose:
@@ -427,6 +433,37 @@ def list_folder(options):
     # The names of classes print anywhere (logs, plan, eval, prepare's YAML block).
     classes = [shown(name) for name in folders]
     return Listing(path, files, np.array(labels, np.int32), classes, skipped)
+
+
+CLUSTERED = {}  # (folder, files, size, channels, clusters) -> (files, labels): once a process
+
+
+def _clustered(path, files, options, skipped):
+    """The `Listing` of `data.labels: clusters` (`stagegan.data.clusters`): the readable files
+    of `files`, grouped by cluster (largest first; by name within one), each cluster a class.
+    Decodes every file once per process, as the run reads it (`data.size`, `data.channels`)."""
+    count = options["clusters"] or clusters.DEFAULT_CLUSTERS
+    size, channels = options["size"], options["channels"]
+    key = (path, tuple(files), size, channels, count)
+    if key not in CLUSTERED:
+        found, readable, points = np.array(files), [], []
+        for i in range(0, len(found), CLUSTER_CHUNK):  # memory: a chunk of images at a time
+            images, ok = decode_files(found[i : i + CLUSTER_CHUNK], size, channels)
+            readable.append(found[i : i + CLUSTER_CHUNK][ok])
+            points.append(clusters.thumbnails(images[ok]))
+        readable, points = np.concatenate(readable), np.concatenate(points)
+        if len(readable) < count:
+            raise ConfigError(
+                "data.clusters",
+                f"{count} clusters need as many readable images; {shown(path)} has "
+                f"{len(readable):,}",
+            )
+        labels = clusters.by_size(clusters.kmeans(points, count)[0])
+        order = np.lexsort((np.arange(len(labels)), labels))  # by cluster, then by name
+        CLUSTERED[key] = ([str(f) for f in readable[order]], labels[order])
+    chosen, labels = CLUSTERED[key]
+    names = clusters.names(int(labels.max()) + 1)
+    return Listing(path, list(chosen), labels, names, skipped)
 
 
 def check_labels(labels, count, options, where):
@@ -465,6 +502,7 @@ def class_names(options, labels):
 
 PROBE = 16  # files decoded at start-up to refuse a folder of unreadable files early
 DECODE_AT_ONCE = 64  # at most this many decoded at a time at start-up (without a cache)
+CLUSTER_CHUNK = 4096  # files decoded at a time to cluster a folder
 
 
 def check_readable(listing, options):
@@ -796,6 +834,15 @@ def _check_label_options(options):
             )
         if not isinstance(labels, str) or not labels:
             raise ConfigError("data.labels", f"must be a name. Received: {labels!r}")
+    count = options["clusters"]
+    if count is not None:
+        if SOURCES[source].labels != "subfolders" or labels != "clusters":
+            raise ConfigError(
+                "data.clusters",
+                "counts the clusters of data.labels: clusters (source folder only)",
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError("data.clusters", f"must be a positive integer. Received: {count!r}")
     if classes is not None:
         if labels is None or SOURCES[source].labels == "subfolders":
             raise ConfigError(
@@ -971,7 +1018,7 @@ class NpzSource(Source):
 @register
 class FolderSource(Source):
     """`folder`: PNG and JPEG files, streamed (or cached with `data.cache: memory`), labelled
-    by their subfolders."""
+    by their subfolders or by clusters of their pixels."""
 
     names = ("folder",)
     labels = "subfolders"

@@ -17,7 +17,9 @@ convolutions and output layer (see `stagegan.core.layers`).
 the generator takes a learned class embedding beside z, and the discriminator is a projection
 discriminator (Miyato & Koyama 2018), D(x, y) = w . phi(x) + embed(y) . phi(x). Generated
 classes are drawn with the data's class frequencies; sample grids show one class per row, and
-`eval` adds FID and KID per class (`fid/<class>`).
+`eval` adds FID and KID per class (`fid/<class>`). On an unlabelled folder, `data.labels:
+clusters` makes the classes k-means clusters of its images (a self-conditioned GAN): samples
+then come in the clusters' proportions, grouped by cluster.
 """
 
 import keras
@@ -127,7 +129,12 @@ class Unconditional(ImageTask):
 
     def sample_inputs(self, count, seed, key="--num"):
         inputs, info = super().sample_inputs(count, seed, key)
-        if self.conditional:
+        if self.conditional and self.data["labels"] == "clusters":
+            # Clusters stand in for labels the data lacks: samples keep the folder's mix (the
+            # cluster sizes), grouped by cluster so that the grid reads in runs of alike images.
+            order = np.argsort(inputs["fake_y"], kind="stable")
+            inputs = {name: value[order] for name, value in inputs.items()}
+        elif self.conditional:
             columns = -(-count // self.num_classes)
             rows = np.minimum(np.arange(count) // columns, self.num_classes - 1)
             inputs["fake_y"] = rows.astype(np.int32)
