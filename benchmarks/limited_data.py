@@ -29,8 +29,9 @@ Each run is a real `python -m stagegan train` into `--out`, then:
     digits' distribution, 1.0 for copies of the training images).
 One row per run, with the training time; the runs stay in `--out` (`samples/` has the grids).
 `--rescore RUN...` prints the judge's and the `ho_` numbers of finished runs (for example
-after a change to them), without training. A conditional run's `judge.npy` (`stagegan sample`)
-holds as many samples of each class.
+after a change to them), without training. A class-conditional run's `judge.npy` (`stagegan
+sample`) holds as many samples of each class; a self-conditioned one's (`data.labels:
+clusters`, as `--config dcgan_clusters`) draws the clusters in proportion to their sizes.
 """
 
 import argparse

@@ -4,8 +4,8 @@ A self-conditioned GAN (Liu et al. 2020, "Diverse Image Generation via Self-Cond
 GANs"), with the clusters fixed once, from the pixels: each image is fitted as the run reads
 it, area-averaged to 8x8 (grey, or RGB with `data.channels: 3`), and k-means (k-means++
 seeding, the best of `RESTARTS` by the sum of squared distances) groups these 64 (or 192)
-numbers into `data.clusters` groups. The clustering depends on the folder alone (its seed is
-fixed), so a resumed run, `sample` and `eval` find the same classes. Clusters are named
+numbers into `data.clusters` groups, with a fixed seed. A run records its clusters in its
+folder (`clusters.json`), and a resumed run, `sample` and `eval` reuse them. Clusters are named
 `cluster00`, `cluster01`, ... from the largest to the smallest; a cluster left empty is
 dropped.
 """
@@ -83,10 +83,12 @@ def names(count):
 
 def thumbnails(images):
     """uint8 images [N, S, S, C] -> their `THUMBNAIL`-side area averages, flattened, in [0, 1]
-    (float64 [N, 64 C]); S a multiple of 8 is averaged in exact blocks, else resized with
+    (float32 [N, 64 C]); S a multiple of 8 is averaged in exact blocks, else resized with
     an antialiased (area-like) filter."""
-    images = np.asarray(images, np.float64) / 255.0
     n, side, _, channels = images.shape
+    if n == 0:
+        return np.zeros((0, THUMBNAIL * THUMBNAIL * channels), np.float32)
+    images = np.asarray(images, np.float32) / 255.0
     if side % THUMBNAIL == 0:
         block = side // THUMBNAIL
         small = images.reshape(n, THUMBNAIL, block, THUMBNAIL, block, channels).mean((2, 4))
@@ -94,4 +96,4 @@ def thumbnails(images):
         import tensorflow as tf
 
         small = tf.image.resize(images, [THUMBNAIL, THUMBNAIL], antialias=True).numpy()
-    return small.reshape(n, -1)
+    return small.reshape(n, -1).astype(np.float32)

@@ -330,8 +330,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 class Listing:
     """A folder's image files in a fixed order, with class indices and names when
-    `data.labels: subfolders` (else None), and the names that looked like images but are not
-    regular files (`skipped`)."""
+    `data.labels` is `subfolders` or `clusters` (else None), and the names that looked like
+    images but are not regular files (`skipped`)."""
 
     def __init__(self, path, files, labels=None, classes=None, skipped=()):
         self.path, self.files, self.labels, self.classes = path, files, labels, classes
@@ -389,7 +389,8 @@ def _none_regular(others):
 def list_folder(options):
     """The `Listing` of a folder source: every PNG/JPEG file below `data.path`, sorted; with
     `data.labels: subfolders`, the sorted subfolder names are the classes and each class's
-    files are those below its subfolder. Reads names only, never an image."""
+    files are those below its subfolder. Reads names only, never an image, except with
+    `data.labels: clusters` (`_clustered`: each file's cluster, the readable files only)."""
     path = _require_path(options)
     if not os.path.isdir(path):
         raise ConfigError("data.path", f"no such folder: {shown(path)}")
@@ -435,23 +436,25 @@ def list_folder(options):
     return Listing(path, files, np.array(labels, np.int32), classes, skipped)
 
 
-CLUSTERED = {}  # (folder, files, size, channels, clusters) -> (files, labels): once a process
+CLUSTERED = {}  # (folder, files with sizes and times, size, channels, clusters) -> listing
+RECORDED = {}  # (folder, size, channels, clusters) -> {file name below it: cluster}
+CLUSTER_BYTES = 64 << 20  # decoded images held at a time while clustering a folder
 
 
 def _clustered(path, files, options, skipped):
     """The `Listing` of `data.labels: clusters` (`stagegan.data.clusters`): the readable files
     of `files`, grouped by cluster (largest first; by name within one), each cluster a class.
-    Decodes every file once per process, as the run reads it (`data.size`, `data.channels`)."""
+    A run's own clusters (`remember_clusters`) are reused; else every file is decoded, as the
+    run reads it (`data.size`, `data.channels`), and clustered, once per process."""
     count = options["clusters"] or clusters.DEFAULT_CLUSTERS
     size, channels = options["size"], options["channels"]
-    key = (path, tuple(files), size, channels, count)
+    folder = os.path.realpath(path)
+    recorded = RECORDED.get((folder, size, channels, count))
+    if recorded is not None:
+        return _recorded_listing(path, files, recorded, skipped)
+    key = (folder, tuple((f, *_stamp(f)) for f in files), size, channels, count)
     if key not in CLUSTERED:
-        found, readable, points = np.array(files), [], []
-        for i in range(0, len(found), CLUSTER_CHUNK):  # memory: a chunk of images at a time
-            images, ok = decode_files(found[i : i + CLUSTER_CHUNK], size, channels)
-            readable.append(found[i : i + CLUSTER_CHUNK][ok])
-            points.append(clusters.thumbnails(images[ok]))
-        readable, points = np.concatenate(readable), np.concatenate(points)
+        readable, points = _thumbnails(path, files, size, channels)
         if len(readable) < count:
             raise ConfigError(
                 "data.clusters",
@@ -459,11 +462,106 @@ def _clustered(path, files, options, skipped):
                 f"{len(readable):,}",
             )
         labels = clusters.by_size(clusters.kmeans(points, count)[0])
+        found = int(labels.max()) + 1
+        if found < count:
+            log.warning(
+                "data.clusters: %d asked, but the images of %s make %d distinct clusters",
+                count,
+                shown(path),
+                found,
+            )
         order = np.lexsort((np.arange(len(labels)), labels))  # by cluster, then by name
         CLUSTERED[key] = ([str(f) for f in readable[order]], labels[order])
     chosen, labels = CLUSTERED[key]
-    names = clusters.names(int(labels.max()) + 1)
-    return Listing(path, list(chosen), labels, names, skipped)
+    return Listing(path, list(chosen), labels, clusters.names(int(labels.max()) + 1), skipped)
+
+
+def _stamp(name):
+    try:
+        info = os.stat(name)
+        return info.st_size, info.st_mtime_ns
+    except OSError:
+        return None, None
+
+
+def _thumbnails(path, files, size, channels):
+    """`(readable files, their thumbnails)` (`clusters.thumbnails`), decoding at most
+    `CLUSTER_BYTES` of images at a time. Refuses a folder without a readable image."""
+    found, readable, points = np.array(files), [], []
+    chunk = max(1, min(4096, CLUSTER_BYTES // (size * size * channels)))
+    for i in range(0, len(found), chunk):
+        images, ok = decode_files(found[i : i + chunk], size, channels)
+        readable.append(found[i : i + chunk][ok])
+        points.append(clusters.thumbnails(images[ok]))
+    readable = np.concatenate(readable)
+    if len(readable) == 0:
+        raise ConfigError("data.path", f"no readable image among the files of {shown(path)}")
+    return readable, np.concatenate(points)
+
+
+def remember_clusters(record):
+    """Reuse the clusters a run found (`clusters_record`), rather than clustering again: a
+    resumed run, `sample` and `eval` see the classes it trained on, whatever was added to
+    its folder since, and without decoding it."""
+    options = record["data"]
+    key = (
+        os.path.realpath(os.path.expanduser(str(options["path"]))),
+        options["size"],
+        options["channels"],
+        options["clusters"] or clusters.DEFAULT_CLUSTERS,
+    )
+    RECORDED[key] = dict(zip(record["files"], record["labels"], strict=True))
+
+
+def forget_clusters():
+    """Cluster afresh: a new run finds its own clusters, whatever runs this process read."""
+    RECORDED.clear()
+
+
+def clusters_record(options, listing):
+    """What `remember_clusters` needs, JSON-able: the data options and each file's cluster
+    (file names below `data.path`, as text; None unless `data.labels: clusters`)."""
+    if options["labels"] != "clusters":
+        return None
+    keys = ("path", "size", "channels", "clusters")
+    return {
+        "data": {key: options[key] for key in keys},
+        "files": [_relative(f, listing.path) for f in listing.files],
+        "labels": [int(y) for y in listing.labels],
+    }
+
+
+def _relative(name, folder):
+    return os.fsencode(os.path.relpath(name, folder)).decode("utf-8", "surrogateescape")
+
+
+def _recorded_listing(path, files, recorded, skipped):
+    """The listing of a run's recorded clusters over today's `files`: files added since are
+    left out, files gone are missing from their clusters (both warned of); a cluster left
+    with no file is refused."""
+    present = {_relative(f, path): f for f in files}
+    kept = sorted((label, name) for name, label in recorded.items() if name in present)
+    added, gone = len(present) - len(kept), len(recorded) - len(kept)
+    if added or gone:
+        log.warning(
+            "data.path: %s changed since the run clustered it (%d new files left out, %d "
+            "gone); the run keeps its clusters",
+            shown(path),
+            added,
+            gone,
+        )
+    count = max(recorded.values()) + 1
+    labels = np.array([label for label, _ in kept], np.int32)
+    sizes = np.bincount(labels, minlength=count)
+    if len(kept) == 0 or (sizes == 0).any():
+        empty = clusters.names(count)[int(np.argmin(sizes))]
+        raise ConfigError(
+            "data.path",
+            f"every image of the run's {empty} is gone from {shown(path)}; the run's classes "
+            "are the clusters it found there",
+        )
+    files = [present[name] for _, name in kept]
+    return Listing(path, files, labels, clusters.names(count), skipped)
 
 
 def check_labels(labels, count, options, where):
@@ -502,7 +600,6 @@ def class_names(options, labels):
 
 PROBE = 16  # files decoded at start-up to refuse a folder of unreadable files early
 DECODE_AT_ONCE = 64  # at most this many decoded at a time at start-up (without a cache)
-CLUSTER_CHUNK = 4096  # files decoded at a time to cluster a folder
 
 
 def check_readable(listing, options):
@@ -829,8 +926,8 @@ def _check_label_options(options):
         if SOURCES[source].labels is None:
             raise ConfigError(
                 "data.labels",
-                f"source {source!r} has no labels (folder: 'subfolders'; npz: an array name; "
-                "tfrecord: a feature name)",
+                f"source {source!r} has no labels (folder: 'subfolders' or 'clusters'; npz: "
+                "an array name; tfrecord: a feature name)",
             )
         if not isinstance(labels, str) or not labels:
             raise ConfigError("data.labels", f"must be a name. Received: {labels!r}")
@@ -1052,6 +1149,7 @@ class FolderSource(Source):
         check_readable(listing, o)
         target.count = len(listing.files)
         target.set_classes(listing.classes, listing.labels)
+        target.clusters = clusters_record(o, listing)
         cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
         target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
 
@@ -1087,8 +1185,9 @@ class ImageSource:
     as random indices from the run's data stream (with replacement), so the data position is
     that stream's checkpointed state. `folder` and `tfrecord` stream through tf.data (a folder:
     a fresh seeded permutation of its files each epoch; TFRecords: a seeded shuffle buffer), and
-    the iterator is checkpointed: start-up reads the file list only, and memory does not grow
-    with the number of images.
+    the iterator is checkpointed: start-up reads the file list only (and, with `data.labels:
+    clusters`, a run's first start decodes every file once to cluster them), and memory does
+    not grow with the number of images.
 
     Attributes:
         classes: class names (labelled data) or None.
@@ -1102,6 +1201,7 @@ class ImageSource:
         self.options, self.host = options, host
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
+        self.clusters = None  # `clusters_record` of `data.labels: clusters`
         self.kind = source_of(options)
         self.kind.open(self, seed, batch_size)
 

@@ -187,6 +187,23 @@ def check_run(run_dir, checkpoint=None):
     return find_checkpoint(run_dir, checkpoint)
 
 
+def reuse_clusters(run_dir, key="--run"):
+    """Have the data layer reuse the clusters that the run in `run_dir` found (its
+    `clusters.json`, written by runs on `data.labels: clusters`), if it has them."""
+    import json
+
+    from stagegan.data.sources import remember_clusters
+
+    path = RunFolder(run_dir).path / RunFolder.CLUSTERS
+    if not path.exists():
+        return
+    try:
+        remember_clusters(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        message = f"cannot read the run's clusters ({path}): {first_line(e)}"
+        raise ConfigError(key, message) from None
+
+
 def restore_run(run_dir, checkpoint=None):
     """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`.
 
@@ -211,6 +228,7 @@ def restore_run(run_dir, checkpoint=None):
     for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised
             tf.config.experimental.set_memory_growth(gpu, True)
+    reuse_clusters(run_dir)
     trainer = Trainer(config, stage_ends(config.stages, entry))
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()

@@ -6,6 +6,7 @@ Importing this module imports TensorFlow (the CLI silences its native log lines 
 """
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from stagegan.data.sources import forget_clusters
 from stagegan.run.planning import describe_plan
-from stagegan.run.reading import evaluate_run, restore_run, sample_arrays
+from stagegan.run.reading import evaluate_run, restore_run, reuse_clusters, sample_arrays
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
 from stagegan.runfolder.dirs import RunFolder
@@ -40,6 +42,7 @@ def _start(plan):
     config, chief = plan.config, plan.chief
     for warning in plan.warnings():
         log.warning("warning: %s", warning)
+    forget_clusters()
     trainer = Trainer(config)
     if chief:
         announce(trainer.placement)
@@ -53,6 +56,9 @@ def _start(plan):
     folder = RunFolder.create(plan.run_dir, name=config.name)
     lock = folder.lock()  # noqa: F841 - held while training
     folder.write(RunFolder.CONFIG, config.to_yaml())
+    clustered = getattr(getattr(trainer.task, "source", None), "clusters", None)
+    if clustered is not None:  # the classes a resumed run, `sample` and `eval` reuse
+        folder.write(RunFolder.CLUSTERS, json.dumps(clustered))
     log.info("run folder: %s", folder.path)
     train(trainer, folder.path)
     return folder.path
@@ -66,6 +72,7 @@ def _resume(plan):
         return resume.run_dir
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
+    reuse_clusters(resume.run_dir, "--resume")
     trainer = Trainer(resume.config, resume.ends, resume.until)
     if plan.chief:
         announce(trainer.placement)
@@ -111,6 +118,7 @@ def describe(config):
     level = log.level
     log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
     try:
+        forget_clusters()
         trainer = Trainer(config)
         trainer.trace()
     finally:

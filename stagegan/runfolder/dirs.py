@@ -138,6 +138,7 @@ class RunFolder:
         metrics.jsonl      one record per logged step (`METRICS`)
         guard.jsonl        the updates the NaN/Inf guard skipped (`GUARD`)
         resume.jsonl       one record per resume (`RESUME_LOG`)
+        clusters.json      the clusters of `data.labels: clusters` (`CLUSTERS`)
         samples/           sample pictures and their manifest
         .lock              held by the process that trains into it (`lock`)
     """
@@ -147,6 +148,7 @@ class RunFolder:
     METRICS = "metrics.jsonl"
     GUARD = "guard.jsonl"
     RESUME_LOG = "resume.jsonl"
+    CLUSTERS = "clusters.json"
     SAMPLES = "samples"
 
     def __init__(self, path):

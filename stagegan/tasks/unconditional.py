@@ -89,8 +89,8 @@ class Unconditional(ImageTask):
             if self.classes is None:
                 raise ConfigError(
                     "model.conditional",
-                    "needs labelled data: set data.labels (folder: subfolders; npz: an array "
-                    "name; tfrecord: a feature name)",
+                    "needs labelled data: set data.labels (folder: subfolders, or clusters "
+                    "for an unlabelled one; npz: an array name; tfrecord: a feature name)",
                 )
             self.num_classes = len(self.classes)
             counts = self.source.class_counts
@@ -129,7 +129,8 @@ class Unconditional(ImageTask):
 
     def sample_inputs(self, count, seed, key="--num"):
         inputs, info = super().sample_inputs(count, seed, key)
-        if self.conditional and self.data["labels"] == "clusters":
+        clustered = self.data["source"] == "folder" and self.data["labels"] == "clusters"
+        if self.conditional and clustered:
             # Clusters stand in for labels the data lacks: samples keep the folder's mix (the
             # cluster sizes), grouped by cluster so that the grid reads in runs of alike images.
             order = np.argsort(inputs["fake_y"], kind="stable")
