@@ -38,32 +38,36 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
 # The slowest files first, so that two pytest-xdist workers (`--dist loadfile
-# --no-loadscope-reorder`) finish together: measured seconds on 2 cores, largest first.
+# --no-loadscope-reorder`) finish together: measured seconds on 2 cores, largest first
+# (`--durations=0`, summed per file).
 SLOWEST_FIRST = [
     "test_resume.py",
     "test_sample_eval.py",
     "test_presets.py",
     "test_multi_worker.py",
     "test_run_control.py",
-    "test_offline_realism.py",
     "test_conditional.py",
     "test_completion.py",
+    "test_offline_realism.py",
     "test_augment.py",
     "test_training.py",
     "test_guard.py",
     "test_regularisers.py",
-    "test_examples.py",
     "test_cli.py",
-    "test_towers.py",
-    "test_packing.py",
+    "test_examples.py",
     "test_prepare.py",
     "test_strategies.py",
     "test_speed_options.py",
-    "test_keep_best.py",
+    "test_packing.py",
     "test_data.py",
+    "test_config_fuzz.py",
+    "test_keep_best.py",
+    "test_outputs.py",
+    "test_inception2015.py",
+    "test_api.py",
     "test_bad_input.py",
     "test_disk_full.py",
-    "test_api.py",
+    "test_clusters.py",
 ]
 
 

@@ -464,6 +464,9 @@ def test_lazy_updates_sharing_an_optimizer_need_one_interval():
         ({"loss": {"lecam_decay": 1.0}}, "loss.lecam_decay", "must be in [0, 1)"),
         ({"loss": {"lecam_decay": -0.1}}, "loss.lecam_decay", "must be in [0, 1)"),
         ({"loss": {"lecam_decay": float("nan")}}, "loss.lecam_decay", "finite"),
+        # an int beyond any float (found by test_config_fuzz): compared, never converted
+        ({"loss": {"lecam_decay": 10**400}}, "loss.lecam_decay", "must be in [0, 1)"),
+        ({"loss": {"bcr_ops": {"xflip": 10**400}}}, "loss.bcr_ops.xflip", "probability in"),
         ({"loss": {"lecam_start": -1}}, "loss.lecam_start", "0 or more"),
         ({"loss": {"lecam_decy": 0.9}}, "loss.lecam_decy", "unknown key"),
         ({"loss": {"bcr_ops": {"blur": 1.0}}}, "loss.bcr_ops.blur", "unknown op"),

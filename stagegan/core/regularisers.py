@@ -148,7 +148,8 @@ def check_options(loss):
     """
     if "lecam_decay" in loss:
         decay = loss["lecam_decay"]
-        if not (math.isfinite(decay) and 0.0 <= decay < 1.0):
+        # Compared first: an int beyond any float compares, but math.isfinite overflows on it.
+        if not (0.0 <= decay < 1.0 and math.isfinite(decay)):
             raise ConfigError("loss.lecam_decay", f"must be in [0, 1). Received: {decay!r}")
     if "lecam_start" in loss and loss["lecam_start"] < 0:
         raise ConfigError("loss.lecam_start", f"must be 0 or more. Received: {loss['lecam_start']}")
@@ -161,7 +162,7 @@ def check_options(loss):
             if op not in AUGMENT_OPS:
                 raise ConfigError(key, f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
             number = isinstance(p, (int, float)) and not isinstance(p, bool)
-            if not (number and math.isfinite(p) and 0.0 <= p <= 1.0):
+            if not (number and 0.0 <= p <= 1.0 and math.isfinite(p)):
                 raise ConfigError(key, f"must be a probability in [0, 1]. Received: {p!r}")
 
 
