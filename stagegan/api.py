@@ -214,7 +214,7 @@ class Run:
         """The plan of the run's config (as `stagegan plan` prints it)."""
         from stagegan.run import runner
 
-        return runner.describe(self.config)
+        return runner.describe(self.config, self.path)
 
     def resume(self, overrides=(), checkpoint=None, quiet=None):
         """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may

@@ -1,5 +1,6 @@
 """`data.labels: clusters`: k-means clusters of an unlabelled folder as its classes."""
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,24 @@ def test_identical_images_make_one_cluster_with_a_warning(tmp_path, caplog):
     assert "data.clusters: 4 asked, but the images of" in caplog.text
 
 
+class Warnings(logging.Handler):
+    """The warnings of the `stagegan` logger while in a `with` block (the CLI's own logging
+    set-up keeps them from pytest's caplog)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+    def __enter__(self):
+        logging.getLogger("stagegan").addHandler(self)
+
+    def __exit__(self, *_):
+        logging.getLogger("stagegan").removeHandler(self)
+
+
 ONE_STEP = (
     "[{name: joint, steps: 1, updates: [{train: discriminator/*, loss: {d_loss: 1.0}, "
     "optimizer: d}]}]"
@@ -193,14 +212,24 @@ def test_a_run_keeps_its_clusters_when_its_folder_changes(folder, tmp_path):
     listing = list_folder(options(images))
     assert record["files"] == [str(Path(f).relative_to(images)) for f in listing.files]
     assert record["labels"] == listing.labels.tolist()
-    # As a new process would: nothing cached; a light image added, a dark one gone.
+    assert record["unreadable"] == ["broken.png"]
+    # As a new process would: nothing cached. The folder as trained (its unreadable file
+    # included) is not "changed"; then a light image added, a dark one gone.
+    sources.CLUSTERED.clear(), sources.RECORDED.clear()
+    warnings = Warnings()
+    with warnings:
+        restore_run(run)
+    changed = lambda: [line for line in warnings.lines if "changed since" in line]
+    assert changed() == []
     sources.CLUSTERED.clear(), sources.RECORDED.clear()
     dark = images / record["files"][0]
     (images / "zz-new.png").write_bytes(dark.read_bytes())
     dark.unlink()
-    trainer, _ = restore_run(run)
+    with warnings:
+        trainer, _ = restore_run(run)
     assert trainer.task.classes == ["cluster00", "cluster01", "cluster02"]
     assert trainer.task.source.class_counts.tolist() == [11, 10, 8]
+    assert len(changed()) == 1 and "(1 new files left out, 1 gone)" in changed()[0]
     (run / "clusters.json").write_text('{"data": {"path": 1}')
     bad = inprocess("sample", "--run", run, "--num", "2", "--output", tmp_path / "s.npy")
     assert bad.returncode == 2 and not (tmp_path / "s.npy").exists()
@@ -211,3 +240,25 @@ def test_a_run_keeps_its_clusters_when_its_folder_changes(folder, tmp_path):
             f"stagegan: error: --run: cannot read the run's clusters ({run / 'clusters.json'}):"
         )
     )
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"files": [], "labels": []}, "0 files and 0 labels"),
+        ({"labels": [0, 1]}, "3 files and 2 labels"),
+        ({"labels": [0, "1", 1]}, "labels must be cluster numbers"),
+        ({"labels": [0, -1, 1]}, "labels must be cluster numbers"),
+        ({"labels": [0, 2, 2]}, "a cluster below the largest number has no file"),
+        ({"files": ["a.png", "a.png", "b.png"]}, "file names must be distinct strings"),
+        ({"data": {"path": "elsewhere", "size": 16, "channels": 1, "clusters": 3}}, "other data"),
+    ],
+)
+def test_a_record_that_is_not_a_run_s_own_is_refused(tmp_path, change, words):
+    from stagegan.data.sources import remember_clusters
+
+    data = {"path": str(tmp_path), "size": 16, "channels": 1, "clusters": 3}
+    record = {"data": data, "files": ["a.png", "b.png", "c.png"], "labels": [0, 1, 1]}
+    remember_clusters(record, data)  # the run's own
+    with pytest.raises(ValueError, match=words):
+        remember_clusters({**record, **change}, data)

@@ -179,6 +179,37 @@ def test_c2st_is_the_same_for_the_same_seed_and_uses_as_many_of_each(small_blobs
         realism.c2st(small_blobs[:2], small_blobs[:5])
 
 
+def test_c2st_folds_train_as_fresh_networks_would(small_blobs):
+    """c2st trains one traced network, restarted per fold: each fold must score as a new
+    network with a new Adam would, drawn from the same seeded stream (a plain loop here)."""
+    import keras
+    import tensorflow as tf
+
+    real, fake = small_blobs[:30], box_blur(small_blobs[30:60])
+    for local in (False, True):
+        sets = [np.asarray(real, np.float32), np.asarray(fake, np.float32)]
+        labels = np.repeat(np.array([0.0, 1.0], np.float32), 30)
+        rng = np.random.default_rng(4)
+        parts = np.array_split(rng.permutation(30), 3)
+        folds = [np.concatenate([part, 30 + part]) for part in parts]
+        accuracies = []
+        for k, test in enumerate(folds):
+            train = np.concatenate([f for i, f in enumerate(folds) if i != k])
+            model = realism._c2st_network(sets[0].shape[-1], rng, local)
+            optimizer = keras.optimizers.Adam(realism.LEARNING_RATE)
+            for batch in realism._batches(train, realism.C2ST_BATCH, 20, rng):
+                with tf.GradientTape() as tape:
+                    logits = model(realism._take(sets, batch), training=True)
+                    value = realism._binary_loss(logits, labels[batch])
+                grads = tape.gradient(value, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            logits = np.asarray(model(realism._take(sets, test), training=False))
+            accuracies.append(np.mean((logits[:, 0] > 0) == (labels[test] > 0.5)))
+        result = realism.c2st(real, fake, seed=4, local=local)
+        assert result["c2st"] == pytest.approx(np.mean(accuracies), abs=1e-9), local
+        assert result["c2st_std"] == pytest.approx(np.std(accuracies), abs=1e-9), local
+
+
 def flat_patches(images, seed):
     """`(marked real, marked fake)`: each image with a mask channel for a random 6x6 square,
     the fake with that square filled with the image's mean (a completion's flat fill)."""

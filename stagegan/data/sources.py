@@ -499,18 +499,43 @@ def _thumbnails(path, files, size, channels):
     return readable, np.concatenate(points)
 
 
-def remember_clusters(record):
+def remember_clusters(record, data=None):
     """Reuse the clusters a run found (`clusters_record`), rather than clustering again: a
     resumed run, `sample` and `eval` see the classes it trained on, whatever was added to
-    its folder since, and without decoding it."""
-    options = record["data"]
-    key = (
+    its folder since, and without decoding it. `data`: the run's data options, which the
+    record must match.
+
+    Raises:
+        ValueError: a record that is not one `clusters_record` writes, or of other data.
+    """
+    options, files, labels = record["data"], record["files"], record["labels"]
+    unreadable = record.get("unreadable", [])
+    if not (isinstance(files, list) and isinstance(labels, list) and isinstance(unreadable, list)):
+        raise ValueError("files, labels and unreadable must be lists")
+    if not files or len(files) != len(labels):
+        raise ValueError(f"{len(files)} files and {len(labels)} labels; one label a file")
+    if not all(isinstance(f, str) for f in files + unreadable) or len(set(files)) < len(files):
+        raise ValueError("file names must be distinct strings")
+    if not all(isinstance(y, int) and not isinstance(y, bool) and y >= 0 for y in labels):
+        raise ValueError("labels must be cluster numbers (integers from 0)")
+    if set(labels) != set(range(max(labels) + 1)):
+        raise ValueError("a cluster below the largest number has no file")
+    key = _recorded_key(options)
+    if data is not None and _recorded_key({**DEFAULTS, **data}) != key:
+        raise ValueError(
+            "it records the clusters of other data (data.path, size, channels or clusters) "
+            "than the run's config"
+        )
+    RECORDED[key] = (dict(zip(files, labels, strict=True)), set(unreadable))
+
+
+def _recorded_key(options):
+    return (
         os.path.realpath(os.path.expanduser(str(options["path"]))),
         options["size"],
         options["channels"],
         options["clusters"] or clusters.DEFAULT_CLUSTERS,
     )
-    RECORDED[key] = dict(zip(record["files"], record["labels"], strict=True))
 
 
 def forget_clusters():
@@ -524,10 +549,13 @@ def clusters_record(options, listing):
     if options["labels"] != "clusters":
         return None
     keys = ("path", "size", "channels", "clusters")
+    every = set(_image_files(listing.path)[0])
     return {
         "data": {key: options[key] for key in keys},
         "files": [_relative(f, listing.path) for f in listing.files],
         "labels": [int(y) for y in listing.labels],
+        # left out as unreadable: not "added since" when the run's record is reused
+        "unreadable": sorted(_relative(f, listing.path) for f in every - set(listing.files)),
     }
 
 
@@ -539,9 +567,11 @@ def _recorded_listing(path, files, recorded, skipped):
     """The listing of a run's recorded clusters over today's `files`: files added since are
     left out, files gone are missing from their clusters (both warned of); a cluster left
     with no file is refused."""
+    recorded, unreadable = recorded
     present = {_relative(f, path): f for f in files}
     kept = sorted((label, name) for name, label in recorded.items() if name in present)
-    added, gone = len(present) - len(kept), len(recorded) - len(kept)
+    added = len(present.keys() - recorded.keys() - unreadable)
+    gone = len(recorded) - len(kept)
     if added or gone:
         log.warning(
             "data.path: %s changed since the run clustered it (%d new files left out, %d "

@@ -187,18 +187,21 @@ def check_run(run_dir, checkpoint=None):
     return find_checkpoint(run_dir, checkpoint)
 
 
-def reuse_clusters(run_dir, key="--run"):
+def reuse_clusters(run_dir, data=None, key="--run"):
     """Have the data layer reuse the clusters that the run in `run_dir` found (its
-    `clusters.json`, written by runs on `data.labels: clusters`), if it has them."""
+    `clusters.json`, written by runs on `data.labels: clusters`), if it has them; `data`:
+    the run's data options, which the record must match. Clusters this process read for
+    other runs are forgotten either way."""
     import json
 
-    from stagegan.data.sources import remember_clusters
+    from stagegan.data.sources import forget_clusters, remember_clusters
 
+    forget_clusters()
     path = RunFolder(run_dir).path / RunFolder.CLUSTERS
     if not path.exists():
         return
     try:
-        remember_clusters(json.loads(path.read_text()))
+        remember_clusters(json.loads(path.read_text()), data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         message = f"cannot read the run's clusters ({path}): {first_line(e)}"
         raise ConfigError(key, message) from None
@@ -228,7 +231,7 @@ def restore_run(run_dir, checkpoint=None):
     for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised
             tf.config.experimental.set_memory_growth(gpu, True)
-    reuse_clusters(run_dir)
+    reuse_clusters(run_dir, config.data)
     trainer = Trainer(config, stage_ends(config.stages, entry))
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()

@@ -56,9 +56,7 @@ def _start(plan):
     folder = RunFolder.create(plan.run_dir, name=config.name)
     lock = folder.lock()  # noqa: F841 - held while training
     folder.write(RunFolder.CONFIG, config.to_yaml())
-    clustered = getattr(getattr(trainer.task, "source", None), "clusters", None)
-    if clustered is not None:  # the classes a resumed run, `sample` and `eval` reuse
-        folder.write(RunFolder.CLUSTERS, json.dumps(clustered))
+    record_clusters(trainer, folder)
     log.info("run folder: %s", folder.path)
     train(trainer, folder.path)
     return folder.path
@@ -72,7 +70,7 @@ def _resume(plan):
         return resume.run_dir
     if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
         sys.path.insert(0, os.getcwd())
-    reuse_clusters(resume.run_dir, "--resume")
+    reuse_clusters(resume.run_dir, resume.config.data, "--resume")
     trainer = Trainer(resume.config, resume.ends, resume.until)
     if plan.chief:
         announce(trainer.placement)
@@ -84,8 +82,17 @@ def _resume(plan):
         return worker(trainer, resume.run_dir)
     lock = RunFolder(resume.run_dir).lock("--resume")  # noqa: F841 - held while training
     commit(resume, log)
+    record_clusters(trainer, RunFolder(resume.run_dir))
     train(trainer, resume.run_dir)
     return resume.run_dir
+
+
+def record_clusters(trainer, folder):
+    """Write the clusters of a run on `data.labels: clusters` into its folder, unless they
+    are there: the classes a resumed run, `sample` and `eval` reuse."""
+    clustered = getattr(getattr(trainer.task, "source", None), "clusters", None)
+    if clustered is not None and not (folder.path / RunFolder.CLUSTERS).exists():
+        folder.write(RunFolder.CLUSTERS, json.dumps(clustered))
 
 
 def announce(placement):
@@ -113,12 +120,16 @@ def worker(trainer, run_dir):
     return Path(run_dir) if run_dir else None
 
 
-def describe(config):
-    """The plan of `config`: a built and traced trainer, described (`stagegan plan`)."""
+def describe(config, run_dir=None):
+    """The plan of `config`: a built and traced trainer, described (`stagegan plan`; with
+    `run_dir`, the plan of that run, on the clusters it recorded)."""
     level = log.level
     log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
     try:
-        forget_clusters()
+        if run_dir is None:
+            forget_clusters()
+        else:
+            reuse_clusters(run_dir, config.data)
         trainer = Trainer(config)
         trainer.trace()
     finally:
