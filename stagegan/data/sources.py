@@ -331,11 +331,12 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 class Listing:
     """A folder's image files in a fixed order, with class indices and names when
     `data.labels` is `subfolders` or `clusters` (else None), and the names that looked like
-    images but are not regular files (`skipped`)."""
+    images but are not regular files (`skipped`). With `clusters`, `unreadable` holds the
+    files left out because they do not decode."""
 
-    def __init__(self, path, files, labels=None, classes=None, skipped=()):
+    def __init__(self, path, files, labels=None, classes=None, skipped=(), unreadable=()):
         self.path, self.files, self.labels, self.classes = path, files, labels, classes
-        self.skipped = list(skipped)
+        self.skipped, self.unreadable = list(skipped), list(unreadable)
 
 
 def shown(path):
@@ -436,8 +437,10 @@ def list_folder(options):
     return Listing(path, files, np.array(labels, np.int32), classes, skipped)
 
 
-CLUSTERED = {}  # (folder, files with sizes and times, size, channels, clusters) -> listing
-RECORDED = {}  # (folder, size, channels, clusters) -> {file name below it: cluster}
+# (`_recorded_key`, the files with their sizes and times) -> (files, labels, unreadable)
+CLUSTERED = {}
+# `_recorded_key` -> ({file name below the folder: cluster}, {names left out as unreadable})
+RECORDED = {}
 CLUSTER_BYTES = 64 << 20  # decoded images held at a time while clustering a folder
 
 
@@ -448,11 +451,10 @@ def _clustered(path, files, options, skipped):
     run reads it (`data.size`, `data.channels`), and clustered, once per process."""
     count = options["clusters"] or clusters.DEFAULT_CLUSTERS
     size, channels = options["size"], options["channels"]
-    folder = os.path.realpath(path)
-    recorded = RECORDED.get((folder, size, channels, count))
+    recorded = RECORDED.get(_recorded_key(options))
     if recorded is not None:
         return _recorded_listing(path, files, recorded, skipped)
-    key = (folder, tuple((f, *_stamp(f)) for f in files), size, channels, count)
+    key = (_recorded_key(options), tuple((f, *_stamp(f)) for f in files))
     if key not in CLUSTERED:
         readable, points = _thumbnails(path, files, size, channels)
         if len(readable) < count:
@@ -471,9 +473,11 @@ def _clustered(path, files, options, skipped):
                 found,
             )
         order = np.lexsort((np.arange(len(labels)), labels))  # by cluster, then by name
-        CLUSTERED[key] = ([str(f) for f in readable[order]], labels[order])
-    chosen, labels = CLUSTERED[key]
-    return Listing(path, list(chosen), labels, clusters.names(int(labels.max()) + 1), skipped)
+        chosen = [str(f) for f in readable[order]]
+        CLUSTERED[key] = (chosen, labels[order], sorted(set(files) - set(chosen)))
+    chosen, labels, unreadable = CLUSTERED[key]
+    names = clusters.names(int(labels.max()) + 1)
+    return Listing(path, list(chosen), labels, names, skipped, unreadable)
 
 
 def _stamp(name):
@@ -549,13 +553,12 @@ def clusters_record(options, listing):
     if options["labels"] != "clusters":
         return None
     keys = ("path", "size", "channels", "clusters")
-    every = set(_image_files(listing.path)[0])
     return {
         "data": {key: options[key] for key in keys},
         "files": [_relative(f, listing.path) for f in listing.files],
         "labels": [int(y) for y in listing.labels],
         # left out as unreadable: not "added since" when the run's record is reused
-        "unreadable": sorted(_relative(f, listing.path) for f in every - set(listing.files)),
+        "unreadable": sorted(_relative(f, listing.path) for f in listing.unreadable),
     }
 
 
@@ -591,7 +594,8 @@ def _recorded_listing(path, files, recorded, skipped):
             "are the clusters it found there",
         )
     files = [present[name] for _, name in kept]
-    return Listing(path, files, labels, clusters.names(count), skipped)
+    still = [present[name] for name in sorted(unreadable) if name in present]
+    return Listing(path, files, labels, clusters.names(count), skipped, still)
 
 
 def check_labels(labels, count, options, where):
