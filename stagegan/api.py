@@ -26,6 +26,7 @@ config names. `import stagegan` does not import TensorFlow; these functions do, 
 """
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -41,7 +42,7 @@ from stagegan.config.schema import (
     parse_config,
     read_yaml,
 )
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, StageganError, out_of_memory
 from stagegan.run.reading import checkpoint_entries, run_config
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import read_metrics
@@ -49,6 +50,48 @@ from stagegan.runfolder.logs import read_metrics
 log = logging.getLogger("stagegan")
 
 
+# The library names the CLI's flags in its errors; the API's callers know its arguments.
+API_KEYS = {
+    "--run": "run",
+    "--resume": "run",
+    "--checkpoint": "checkpoint",
+    "--num": "n",
+    "--count": "count",
+    "--features": "features",
+    "--class": "class_name",
+    "--batch-size": "batch_size",
+    "--seed": "seed",
+    "--run-dir": "run_dir",
+    "--init-from": "init_from",
+    "--init-checkpoint": "init_checkpoint",
+    "--init-only": "init_only",
+    "--config": "config",
+    "--set": "overrides",
+}
+
+
+def _api_errors(function):
+    """The API's errors: a `stagegan.Error` naming the API's argument where the library
+    named a CLI flag, and running out of memory as a `stagegan.Error` too."""
+
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except StageganError as e:
+            if e.key not in API_KEYS or not isinstance(e, ConfigError):
+                raise
+            raise type(e)(API_KEYS[e.key], e.message) from None
+        except Exception as e:  # noqa: BLE001 - MemoryError, TensorFlow's ResourceExhausted
+            error = out_of_memory(e)
+            if error is None:
+                raise
+            raise error from None
+
+    return wrapped
+
+
+@_api_errors
 def train(
     config=None,
     overrides=(),
@@ -105,11 +148,13 @@ def _init(init_from, checkpoint, only):
     return {"run": os.fspath(init_from), "checkpoint": checkpoint, "only": only}
 
 
+@_api_errors
 def load_run(path):
     """An existing run folder as a `Run` (checked: a run's `config.yaml` must be there)."""
     return Run(path)
 
 
+@_api_errors
 def plan(config=None, overrides=()):
     """What `stagegan plan` prints: every stage, update, variable count, dropped gradient;
     with a warning line under a stage whose `until` can never be checked."""
@@ -118,6 +163,7 @@ def plan(config=None, overrides=()):
     return runner.describe(load(config, overrides))
 
 
+@_api_errors
 def load(config=None, overrides=()):
     """A validated `RunConfig` from a preset name, a YAML path, a dict or a `RunConfig`,
     with `overrides` (`key.path=value` strings, or `{key path: value}`) applied.
@@ -155,6 +201,7 @@ class Run:
         path: the run folder.
     """
 
+    @_api_errors
     def __init__(self, path, quiet=False):
         _check_type(path, (str, os.PathLike), "path", "a run folder path")
         _check_type(quiet, bool, "quiet", "True or False")
@@ -175,10 +222,12 @@ class Run:
         path = self.path / RunFolder.METRICS
         return read_metrics(path) if path.exists() else []
 
+    @_api_errors
     def checkpoints(self):
         """The global steps of its listed checkpoints, oldest first."""
         return [e["step"] for e in checkpoint_entries(self.path, "run")[1]]
 
+    @_api_errors
     def sample(self, n=16, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
         """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
         writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time; a
@@ -194,6 +243,7 @@ class Run:
         _check_type(class_name, (str, int, type(None)), "class_name", what)
         return runner.sample(self.path, n, seed, checkpoint, ema, batch_size, class_name)
 
+    @_api_errors
     def evaluate(
         self, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
     ):
@@ -210,12 +260,14 @@ class Run:
         _at_least(batch_size, 1, "batch_size")
         return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
 
+    @_api_errors
     def plan(self):
         """The plan of the run's config (as `stagegan plan` prints it)."""
         from stagegan.run import runner
 
         return runner.describe(self.config, self.path)
 
+    @_api_errors
     def resume(self, overrides=(), checkpoint=None, quiet=None):
         """Go on from its newest (or a given) checkpoint: `train --resume`. `overrides` may
         extend it (`stages[-1].steps`, `stages[+]`); returns this `Run`."""

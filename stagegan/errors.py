@@ -83,3 +83,16 @@ def first_line(error):
     a one-line error quotes of what TensorFlow, Keras or a user's code raised."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def out_of_memory(error):
+    """A `ConfigError` for running out of memory (Python's `MemoryError`, TensorFlow's
+    `ResourceExhaustedError`), which the size checks should have refused before; None for
+    any other error."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "ResourceExhaustedError":
+        return ConfigError(
+            "memory",
+            f"ran out of memory ({type(error).__name__}: {first_line(error)[:200]}); use "
+            "smaller sizes, counts or batches",
+        )
+    return None

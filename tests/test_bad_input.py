@@ -398,7 +398,7 @@ CASES = {
     ),
     "a batch of a billion images": (
         [*TRAIN, "--config", "completion_shapes", "--set", "batch_size=1000000000"],
-        ["batch_size: would need about", "a batch of 1,000,000,000 as uint8 and float32"],
+        ["batch_size: would need about", "the activations of a batch of 1,000,000,000"],
     ),
     "prepare at an absurd size": (
         ["prepare", "{root}/few", "--output", "{root}/prepared", "--size", "100000"],

@@ -10,6 +10,7 @@ can be checked by hand), followed by a `pool_3/_reshape` that only works at batc
 """
 
 import hashlib
+import os
 import types
 
 import numpy as np
@@ -71,6 +72,13 @@ def pixels_of(features, scale=SCALE):
     """The resized pixels [N, SIDE, SIDE, 3] behind the test graph's features."""
     normalised = features.reshape(len(features), SIDE, SIDE, 3)
     return ((normalised - BETA) / scale + MEAN) * 128 + 128
+
+
+@pytest.fixture(autouse=True)
+def stand_in_width(monkeypatch):
+    """The stand-in graph's `pool_3` has SIDE * SIDE * 3 features where the real one has 2048:
+    the loader checks the width it is told (a test below keeps the real one)."""
+    monkeypatch.setattr(evaluation, "INCEPTION_2015_FEATURES", SIDE * SIDE * 3)
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +214,15 @@ def test_bad_graph_files_name_the_flag_and_what_is_wrong(graph_file, tmp_path):
         (f"{graph_file}#sha256=abc", "64 hex digits", False),
         (f"{graph_file}#sha256={'0' * 64}", "has sha256 [0-9a-f]{64}, not the 0000", False),
     ]
+    huge = tmp_path / "huge.pb"  # sparse: refused by its size, before a byte is read
+    with open(huge, "wb") as f:
+        f.truncate(evaluation.INCEPTION_2015_MAX_BYTES + 1)
+    fifo = tmp_path / "fifo.pb"
+    os.mkfifo(fifo)  # would block the read if opened as a file
+    cases += [
+        (huge, "is larger than 256 MiB, the limit", True),
+        (fifo, "is not a regular file", True),
+    ]
     for path, words, hinted in cases:
         with pytest.raises(ConfigError, match=words) as caught:
             evaluation.load_extractor(f"inception2015:{path}", "--features")
@@ -216,6 +233,18 @@ def test_bad_graph_files_name_the_flag_and_what_is_wrong(graph_file, tmp_path):
     with pytest.raises(ConfigError, match="eval: null") as caught:
         evaluation.load_extractor(f"inception2015:{garbage}", "eval.features")
     assert caught.value.key == "eval.features"
+
+
+def test_a_graph_with_the_names_but_not_2048_features_is_refused(graph_file, monkeypatch):
+    """Node names are not enough: `pool_3` must give [N, 1, 1, 2048] floats (here the real
+    width, which the stand-in's 48 features are not)."""
+    monkeypatch.setattr(evaluation, "INCEPTION_2015_FEATURES", 2048)
+    with pytest.raises(ConfigError) as caught:
+        evaluation.load_extractor(f"inception2015:{graph_file}", "--features")
+    assert caught.value.key == "--features"
+    assert "pool_3:0 gives float32 [2, 1, 1, 48] for 2 images, not [2, 1, 1, 2048]" in str(
+        caught.value
+    )
 
 
 def test_a_bad_graph_in_the_config_stops_train_with_one_line(tmp_path):

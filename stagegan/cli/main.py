@@ -12,13 +12,26 @@ import sys
 
 from stagegan.config.schema import check_batch_divides, check_seed, load_config
 from stagegan.data import prepare
-from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError
+from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError, out_of_memory
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with stagegan's one-line errors: `stagegan: error: MESSAGE` and exit status 2,
+    no usage lines (`--help` shows them). Its sub-commands' parsers are of this class too."""
+
+    def error(self, message):
+        print(f"stagegan: error: {one_line(message)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def one_line(text):
+    """`text` on one line: newlines and other control characters (in a path, say) as escapes,
+    so an error stays the one line a script or a person reads."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="stagegan", description="Train GANs in stages (see README.md)."
-    )
+    parser = ArgumentParser(prog="stagegan", description="Train GANs in stages (see README.md).")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def config_arguments(p):
@@ -204,14 +217,20 @@ def main(argv=None):
     try:
         return args.func(args)
     except (ConfigError, WriteError) as e:
-        print(f"stagegan: error: {e}", file=sys.stderr)
+        print(f"stagegan: error: {one_line(e)}", file=sys.stderr)
         return 2
     except RunStopped as e:
         if e.status == 3:  # the guard: the one line says what went non-finite, and where
-            print(f"stagegan: error: guard: {e.message}", file=sys.stderr)
+            print(f"stagegan: error: guard: {one_line(e.message)}", file=sys.stderr)
         elif e.status == 4:  # a multi-worker peer was lost
-            print(f"stagegan: error: multi_worker: {e.message}", file=sys.stderr)
+            print(f"stagegan: error: multi_worker: {one_line(e.message)}", file=sys.stderr)
         return e.status
+    except Exception as e:  # noqa: BLE001 - memory the size checks should have refused first
+        error = out_of_memory(e)
+        if error is None:
+            raise
+        print(f"stagegan: error: {one_line(error)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("stagegan: interrupted", file=sys.stderr)
         return 130
@@ -335,12 +354,13 @@ def cmd_plan(args):
 
 
 def cmd_sample(args):
-    from stagegan.run.reading import check_run, restore_run, write_samples
+    from stagegan.run.reading import check_output, check_run, restore_run, write_samples
 
     if args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
     check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
+    check_output(args.output)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
 

@@ -5,7 +5,7 @@ was given in their place (`register_objects`). TF-free."""
 import importlib
 import logging
 
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, StageganError, first_line, out_of_memory
 
 log = logging.getLogger("stagegan")
 
@@ -80,3 +80,23 @@ def load_object(path, key):
     except AttributeError:
         raise ConfigError(key, f"module {module_name!r} has no attribute {attribute!r}") from None
     return found
+
+
+def call_user(key, label, function, *args, **kwargs):
+    """Call `function`, a user's code that a config or a flag named at `key` (a task
+    factory, a network builder, a feature extractor), as `function(*args, **kwargs)`.
+
+    Whatever it raises (out of memory included) becomes one ConfigError naming `key` and
+    `label` (what the user named); stagegan's own errors pass as they are.
+    """
+    try:
+        return function(*args, **kwargs)
+    except StageganError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a user's code may raise anything
+        memory = out_of_memory(e)
+        if memory is not None:
+            raise ConfigError(key, f"{label}: {memory.message}") from None
+        first = first_line(e)
+        first = first if first == type(e).__name__ else f"{type(e).__name__}: {first}"
+        raise ConfigError(key, f"{label} raised {first}") from None

@@ -756,15 +756,9 @@ def read_yaml(path, key):
     """Read a YAML file into a mapping; any problem (a missing, unreadable, binary or
     over-large file, broken YAML, a document over the limits) is a ConfigError naming `key`
     and the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_YAML_BYTES + 1)  # never more: a huge file, a device
-    except FileNotFoundError:
-        raise ConfigError(key, f"file not found: {path}") from None
-    except OSError as e:
-        raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
-    if len(data) > MAX_YAML_BYTES:
-        raise ConfigError(key, f"{path} is larger than {MAX_YAML_BYTES >> 20} MiB, the limit")
+    from stagegan.config.files import read_bytes
+
+    data = read_bytes(path, key, MAX_YAML_BYTES, what="config file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -1023,12 +1017,33 @@ def _parse_override(item):
     if len(value_text) > MAX_YAML_BYTES:
         raise ConfigError(path_text, f"--set value is longer than {MAX_YAML_BYTES >> 20} MiB")
     try:
-        value = yaml_load(value_text)
+        value = _restore_surrogates(yaml_load(_hide_surrogates(value_text)))
     except YamlLimit as e:
         raise ConfigError(path_text, describe_yaml_error(e, "--set value")) from None
     except yaml.YAMLError:
         raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
     return path_text, parts, unshare(value)
+
+
+# Command-line bytes that are not UTF-8 (a folder name, say) reach Python as lone surrogates
+# (`surrogateescape`), which YAML refuses; they stand in for themselves while the value parses.
+_SURROGATES = re.compile("[\udc80-\udcff]")
+_STAND_INS = re.compile("[\U0010ff80-\U0010ffff]")
+_STAND_IN = 0x10FF80 - 0xDC80
+
+
+def _hide_surrogates(text):
+    return _SURROGATES.sub(lambda m: chr(ord(m.group()) + _STAND_IN), text)
+
+
+def _restore_surrogates(value):
+    if isinstance(value, str):
+        return _STAND_INS.sub(lambda m: chr(ord(m.group()) - _STAND_IN), value)
+    if isinstance(value, dict):
+        return {_restore_surrogates(k): _restore_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore_surrogates(item) for item in value]
+    return value
 
 
 def _inline_stage_file(raw, section):

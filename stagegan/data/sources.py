@@ -522,9 +522,13 @@ def remember_clusters(record, data=None):
         raise ValueError("file names must be distinct strings")
     if not all(isinstance(y, int) and not isinstance(y, bool) and y >= 0 for y in labels):
         raise ValueError("labels must be cluster numbers (integers from 0)")
+    if max(labels) >= len(labels):  # before a set of that many numbers is made
+        raise ValueError(f"cluster {max(labels)} of {len(labels)} files: a cluster has no file")
     if set(labels) != set(range(max(labels) + 1)):
         raise ValueError("a cluster below the largest number has no file")
     key = _recorded_key(options)
+    if max(labels) >= key[3]:
+        raise ValueError(f"cluster {max(labels)} of data.clusters {key[3]}")
     if data is not None and _recorded_key({**DEFAULTS, **data}) != key:
         raise ValueError(
             "it records the clusters of other data (data.path, size, channels or clusters) "

@@ -18,11 +18,14 @@ import os
 import re
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from stagegan.config.files import read_bytes
+from stagegan.config.objects import call_user
 from stagegan.config.schema import chunk_size
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 from stagegan.evaluation import metrics, realism
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.samples import chunked_outputs
@@ -96,8 +99,13 @@ class Evaluation:
     def check(self):
         """Load what the evaluation will need up front (feature extractors, enough real
         images), so a problem shows before training starts or a run folder exists."""
+        if self._count is not None:  # asked for: a default count is the task's own
+            self.task.check_memory(self.trainer.config.batch_size, [(self.count_key, self.count)])
         if self.uses_features:
             self._load_extractor()
+            if "images" in self.task.capabilities:  # a first call, on two blank images
+                side, channels = self.task.size, self.task.data["channels"]
+                self.features(np.zeros((2, side, side, channels), np.float32))
         self.task.check_eval_count(self.count, self.count_key)
 
     @property
@@ -152,13 +160,27 @@ class Evaluation:
                 variable.assign(value)
 
     def features(self, images):
-        """Feature vectors [N, D] of images [N, S, S, C] in [-1, 1]."""
+        """Feature vectors [N, D] of images [N, S, S, C] in [-1, 1], checked (one row an
+        image, numbers, finite) before any metric is computed from them.
+
+        Raises:
+            ConfigError: on the features' key when the extractor raises or returns
+                something else.
+        """
         extractor = self._load_extractor()
+        key, label = self.features_key, self.features_name
         out = []
         for start in range(0, len(images), self.batch_size):
-            out.append(np.asarray(extractor(images[start : start + self.batch_size])))
+            batch = images[start : start + self.batch_size]
+            out.append(check_features(call_user(key, label, extractor, batch), len(batch), key))
         features = np.concatenate(out)
-        return features.reshape(len(features), -1)
+        if not np.isfinite(features).all():
+            bad = int((~np.isfinite(features).all(axis=1)).sum())
+            raise ConfigError(
+                key,
+                f"{label} gave non-finite features (NaN or Inf) for {bad} of {len(images)} images",
+            )
+        return features
 
     def fid_kid(self, task):
         """FID, KID, precision, recall, density and coverage (`distances`) between `count`
@@ -332,10 +354,39 @@ def load_extractor(spec, key, reference_images=None, seed=0):
     from stagegan.config.objects import load_object
 
     builder = load_object(spec, key)
-    model = builder()
+    if not callable(builder):
+        raise ConfigError(key, f"{spec} is a {type(builder).__name__}, not a function")
+    model = call_user(key, spec, builder)
     if not callable(model):
         raise ConfigError(key, f"{spec} returned {type(model).__name__}, not a callable")
-    return lambda images: model(tf.constant(images, tf.float32), training=False)
+    if isinstance(model, keras.layers.Layer):  # a Keras model (or layer): in inference mode
+        return lambda images: model(tf.constant(images, tf.float32), training=False)
+    return lambda images: model(tf.constant(images, tf.float32))  # a plain function
+
+
+def check_features(features, count, key):
+    """`features` (what an extractor returned for `count` images) as [count, D] floats.
+
+    Raises:
+        ConfigError: on `key` when they are not numbers, or not one row an image.
+    """
+    try:
+        array = np.asarray(features)
+    except Exception as e:  # noqa: BLE001 - a user's object that is no array
+        raise ConfigError(key, f"features are not an array ({first_line(e)})") from None
+    if array.dtype == bool or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
+        raise ConfigError(
+            key, f"features must be numbers; got an array of {array.dtype} for {count} images"
+        )
+    if array.ndim == 0 or len(array) != count or array.size == 0:
+        shape = list(array.shape)
+        raise ConfigError(
+            key, f"features must have one row an image: got shape {shape} for {count} images"
+        )
+    array = array.reshape(count, -1)
+    return array if np.issubdtype(array.dtype, np.floating) else array.astype(np.float64)
 
 
 def _inception(path, key):
@@ -389,6 +440,8 @@ INCEPTION_2015_URL = "http://download.tensorflow.org/models/image/imagenet/incep
 INCEPTION_2015_SCOPE = "FID_Inception_Net"
 INCEPTION_2015_INPUT = "ExpandDims"
 INCEPTION_2015_OUTPUT = "pool_3"  # [N, 1, 1, 2048]
+INCEPTION_2015_FEATURES = 2048
+INCEPTION_2015_MAX_BYTES = 256 << 20  # the real graph file is 95.7 MB
 _SHA256_SUFFIX = re.compile(r"#sha256=([^#]*)$")
 
 
@@ -492,13 +545,12 @@ def load_inception_2015(path, key, sha256=None):
     )
     if sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise ConfigError(key, f"#sha256= takes 64 hex digits. Received: {sha256!r}")
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigError(key, f"no graph file {path}; {hint}")
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except OSError as e:
-        raise ConfigError(key, f"cannot read {path} ({e.strerror}); {hint}") from None
+    try:  # the real file is 95.7 MB: anything far larger is refused before it is read
+        data = read_bytes(path, key, INCEPTION_2015_MAX_BYTES, what="graph file")
+    except ConfigError as e:
+        raise ConfigError(key, f"{e.message}; {hint}") from None
     if sha256 is not None and (found := hashlib.sha256(data).hexdigest()) != sha256:
         raise ConfigError(
             key, f"{path} has sha256 {found}, not the {sha256} given (another or damaged file)"
@@ -540,12 +592,19 @@ def load_inception_2015(path, key, sha256=None):
         )
         # Pruned to pool_3, so the graph's JPEG decoder (and its unfed input) never runs.
         run = imported.prune(imported.inputs[0], imported.outputs[0])
-        run(tf.zeros([1, 8, 8, 3]))  # fails here, not in the middle of an evaluation
+        probe = run(tf.zeros([2, 8, 8, 3]))  # fails here, not in the middle of an evaluation
     except Exception as e:  # noqa: BLE001 - unknown ops, wrong dtypes or shapes: one message
         raise ConfigError(
             key,
             f"{path} does not import or run as the Inception graph ({type(e).__name__}); {hint}",
         ) from None
+    if not probe.dtype.is_floating or probe.shape.num_elements() != 2 * INCEPTION_2015_FEATURES:
+        raise ConfigError(
+            key,
+            f"{path}'s {INCEPTION_2015_OUTPUT}:0 gives {probe.dtype.name} {probe.shape.as_list()} "
+            f"for 2 images, not [2, 1, 1, {INCEPTION_2015_FEATURES}] floats: not the Inception "
+            f"graph of 2015-12-05; {hint}",
+        )
 
     def extract(images):
         pixels = tf.constant(to_uint8(images), tf.float32)

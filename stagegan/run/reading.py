@@ -12,13 +12,15 @@ import dataclasses
 import datetime
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from stagegan.config.files import read_text
 from stagegan.config.schema import apply_overrides, parse_config, read_yaml
 from stagegan.core.until import stage_ends
-from stagegan.errors import ConfigError, first_line
+from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.runfolder import pictures
 from stagegan.runfolder.dirs import RunFolder
 
@@ -48,7 +50,9 @@ def checkpoint_entries(run_dir, key="--run"):
     index = store.directory / "index.json"
     try:
         entries = store.entries()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except ConfigError as e:
+        raise ConfigError(key, f"the checkpoint index is unreadable: {e.message}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise ConfigError(key, f"the checkpoint index {index} is unreadable") from None
     problem = store.index_problem(entries)
     if problem:
@@ -198,11 +202,13 @@ def reuse_clusters(run_dir, data=None, key="--run"):
 
     forget_clusters()
     path = RunFolder(run_dir).path / RunFolder.CLUSTERS
-    if not path.exists():
+    if not os.path.lexists(path):
         return
     try:
-        remember_clusters(json.loads(path.read_text()), data)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        remember_clusters(json.loads(read_text(path, key, what="clusters record")), data)
+    except ConfigError as e:
+        raise ConfigError(key, f"cannot read the run's clusters: {e.message}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         message = f"cannot read the run's clusters ({path}): {first_line(e)}"
         raise ConfigError(key, message) from None
 
@@ -262,28 +268,49 @@ def write_samples(
             cannot use it.
     """
 
-    output = Path(output)
-    if output.suffix.lower() not in (".npy", ".png"):
-        raise ConfigError("--output", f"must end in .npy or .png. Received: {output}")
-    if output.exists():
-        raise ConfigError("--output", f"{output} already exists; not overwritten")
-    if not output.parent.is_dir():
-        raise ConfigError("--output", f"no such folder: {output.parent}")
+    output = check_output(output)
     task = trainer.task
     inputs, outputs, info, used_ema = sample_arrays(
         trainer, num, seed, ema, input_dir, batch_size, class_name
     )
-    if output.suffix.lower() == ".npy":
-        tmp = output.with_name(output.name + ".tmp.npy")
-        np.save(tmp, np.asarray(task.export(outputs), np.float32))
-        tmp.replace(output)
-    else:
-        pictures.write_png(task.picture(inputs, outputs, info), output)
+    try:
+        if output.suffix.lower() == ".npy":
+            tmp = output.with_name(output.name + ".tmp.npy")
+            try:
+                np.save(tmp, np.asarray(task.export(outputs), np.float32))
+                tmp.replace(output)
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            pictures.write_png(task.picture(inputs, outputs, info), output)
+    except OSError as e:
+        raise WriteError("--output", f"cannot write {output}: {e.strerror or e}") from None
     count = len(next(iter(inputs.values())))
     return (
         f"wrote {count} samples to {output} (step {trainer.step_count}, "
         f"EMA {'yes' if used_ema else 'no'}, seed {seed})"
     )
+
+
+def check_output(output):
+    """Refuse `sample --output` before any work: not `.npy` or `.png`, already there, in no
+    folder, or where no file can be made (tried: a file made and removed again). Returns it
+    as a `Path`."""
+    output = Path(output)
+    if output.suffix.lower() not in (".npy", ".png"):
+        raise ConfigError("--output", f"must end in .npy or .png. Received: {output}")
+    if os.path.lexists(output):
+        raise ConfigError("--output", f"{output} already exists; not overwritten")
+    if not output.parent.is_dir():
+        raise ConfigError("--output", f"no such folder: {output.parent}")
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=output.parent, prefix=".stagegan-", delete=True)
+        probe.close()
+    except OSError as e:
+        raise ConfigError(
+            "--output", f"cannot write in {output.parent}: {e.strerror or e}"
+        ) from None
+    return output
 
 
 def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None):
@@ -293,6 +320,7 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
     from stagegan.evaluation.evaluate import Evaluation
 
     task = trainer.task
+    task.check_memory(trainer.config.batch_size, [("--num", num)])
     if input_dir is not None:
         if "inputs" not in task.capabilities:
             raise ConfigError("--input", f"task {task.name!r} takes no input images")

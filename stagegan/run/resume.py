@@ -112,7 +112,15 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
     step = 0 if entry is None else entry["step"]
     until = (entry or {}).get("until", {})
     ends = stage_ends(old.stages, entry)
+    for index, length in ends.items():
+        if length > old.stages[index].steps:
+            raise ConfigError(
+                "--resume",
+                f"the checkpoint index is damaged: stage {old.stages[index].name!r} ended after "
+                f"{length} steps, more than its {old.stages[index].steps}",
+            )
     changes = check_changes(old, new, step, ends)
+    check_best_restorable(run_dir, new, step, ends)
     if step > Schedule(new.stages, ends).total_steps:
         raise ConfigError("--resume", f"checkpoint step {step} is past the end of the run")
     inputs = run_dir / "samples" / INPUTS
@@ -120,6 +128,27 @@ def plan_resume(run_dir, overrides=(), checkpoint=None):
         read_inputs(inputs)
     key = "--resume" if checkpoint is None else "--checkpoint"
     return ResumePlan(run_dir, new, entry, step, changes, key, len(old.stages), ends, until)
+
+
+def check_best_restorable(run_dir, config, step, ends):
+    """Refuse a resume whose stages still to run roll back to the `best` checkpoint
+    (`until: {restore: best}`) when that checkpoint's files are not whole: found now, not
+    at the stage's end after the run has gone on."""
+    schedule = Schedule(config.stages, ends)
+    ahead = [
+        (i, stage)
+        for i, stage in enumerate(config.stages)
+        if stage.until is not None and stage.until.restore and step < schedule.stage_end(i)
+    ]
+    damaged = RunFolder(run_dir).checkpoints().damaged_best() if ahead else None
+    if damaged is not None:
+        entry, problem = damaged
+        index, stage = ahead[0]
+        raise ConfigError(
+            "--resume",
+            f"stage {stage.name!r} rolls back to the best checkpoint (stages[{index}].until."
+            f"restore), but {entry['prefix']} is damaged: {problem}",
+        )
 
 
 def check_changes(old, new, step, ends=None):

@@ -21,6 +21,7 @@ import re
 import shutil
 from pathlib import Path
 
+from stagegan.config.files import read_text
 from stagegan.errors import WriteError
 from stagegan.runfolder.dirs import atomic_write
 
@@ -32,6 +33,65 @@ _FILE = re.compile(r"^(ckpt-\d+)(?:\.|_temp$)")
 
 class CheckpointWriteError(WriteError):
     """A checkpoint could not be written (disk full, permissions); the index is unchanged."""
+
+
+def _number(value, integer=False):
+    """Whether `value` read from JSON is a number (an integer, with `integer`)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if integer else isinstance(value, (int, float))
+
+
+def records_problem(entry):
+    """What is wrong with the records an index entry carries beside its files (the train
+    loop's `best`, `until` and `log_pending`, see `stagegan.training.loop`), or None."""
+    for field, check in (("best", _best_problem), ("until", _until_problem)):
+        if entry.get(field) is not None:
+            problem = check(entry[field], entry["step"])
+            if problem:
+                return problem
+    pending = entry.get("log_pending")
+    if pending is not None and not (
+        isinstance(pending, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(map(_number, v))
+            for k, v in pending.items()
+        )
+    ):
+        return "log_pending is not a record of the log interval's sums"
+    return None
+
+
+def _best_problem(best, at):
+    """`checkpoint.keep_best`'s record (`loop.BestKeeper.state`) at global step `at`."""
+    if not isinstance(best, dict) or not isinstance(best.get("metric"), str):
+        return f"best {best!r} is not a keep_best record"
+    value, step = best.get("value"), best.get("step")
+    if (value is None) != (step is None):
+        return f"best {best!r} has a value without its step, or a step without its value"
+    if value is not None and not (_number(value) and value == value):  # NaN
+        return f"best value {value!r} is not a number"
+    if step is not None and not (_number(step, True) and 0 <= step <= at):
+        return f"best step {step!r} is not a step up to {at}"
+    return None
+
+
+def _until_problem(until, at):
+    """The `until` checks' record (`until.Conditions.state`) at global step `at`."""
+    if not isinstance(until, dict):
+        return f"until {until!r} is not a record of the until checks"
+    ends = until.get("ends", {})
+    if not isinstance(ends, dict) or not all(
+        isinstance(k, str) and _number(v, True) and 0 < v <= at for k, v in ends.items()
+    ):
+        return f"until.ends {ends!r} are not stages' lengths"
+    for field, integer in (("total", False), ("count", True), ("bad", True)):
+        value = until.get(field, 0)
+        if not _number(value, integer) or value != value:  # NaN
+            return f"until.{field} {value!r} is not a number"
+    if until.get("best") is not None and not _number(until["best"]):
+        return f"until.best {until['best']!r} is not a number"
+    return None
 
 
 class CheckpointStore:
@@ -52,10 +112,9 @@ class CheckpointStore:
         """The listed checkpoints, oldest first: dicts with `step`, `prefix`, `tags` and
         `files` (name -> size in bytes; absent in indexes written before sizes were kept)."""
         path = self.directory / INDEX
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)["checkpoints"]
+        return json.loads(read_text(path, str(path), what="checkpoint index"))["checkpoints"]
 
     def index_problem(self, entries):
         """What is wrong with the shape of an index's `entries` (as `entries()` read them),
@@ -87,10 +146,20 @@ class CheckpointStore:
                 )
             ):
                 return f"{where}: files {files!r} are not file sizes"
+            problem = records_problem(entry)
+            if problem:
+                return f"{where}: {problem}"
             steps.append(step)
         if steps != sorted(set(steps)):
             return "the steps are not in increasing order"
         return None
+
+    def damaged_best(self):
+        """`(entry, problem)` of the checkpoint tagged `best` when its files are not whole,
+        else None."""
+        entry = self.tagged("best")
+        problem = None if entry is None else self.verify(entry)
+        return None if problem is None else (entry, problem)
 
     def path_of(self, entry):
         return str(self.directory / entry["prefix"])

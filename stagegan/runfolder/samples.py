@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 
+from stagegan.config.memory import format_bytes
 from stagegan.config.schema import chunk_size
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
@@ -43,12 +44,43 @@ def load_inputs(path):
     return inputs, info
 
 
+def stored_bytes(path):
+    """The bytes the arrays of an `.npz` file take once loaded, read from their headers
+    (a compressed member can hold far more than the file's size)."""
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(f)
+            total += int(np.prod(shape, dtype=object)) * dtype.itemsize
+    return total
+
+
 def read_inputs(path):
     """`load_inputs`, with an unreadable file a ConfigError naming it (checked on resume
-    before anything in the run folder changes)."""
+    before anything in the run folder changes): a regular file only, whose arrays fit in
+    memory."""
+    from stagegan.config.files import check_regular
+    from stagegan.config.memory import memory_limit
+
+    check_regular(path, str(path), "sample inputs file")
     try:
+        limit, where = memory_limit()
+        size = stored_bytes(path)
+        if limit is not None and size > limit // 2:
+            raise ConfigError(
+                str(path),
+                f"the run's fixed sample inputs would take {format_bytes(size)} ({where}); "
+                "move the file away to draw new ones",
+            )
         return load_inputs(path)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         raise ConfigError(
             str(path),
             "the run's fixed sample inputs are unreadable; move the file away to draw new ones "

@@ -28,6 +28,7 @@ overrides `sample_inputs`, `sample_outputs`, `picture`, `export` or `evaluate` t
 """
 
 import copy
+from functools import partial
 
 import keras
 import numpy as np
@@ -39,6 +40,15 @@ from stagegan.core.layers import pack, unpack
 from stagegan.data.sources import ImageSource, reference_pool, source_of
 from stagegan.errors import ConfigError, first_line
 from stagegan.runfolder import pictures
+
+# What the memory check (`Task.check_memory`) counts: a parameter as float32 weights, gradient,
+# two Adam slots and an EMA copy; an activation as float32 kept for the backward pass of G and
+# D, twice over (the forward value and its gradient); a sample's float as float32, held by
+# inputs, outputs, a picture and a copy while it is written.
+PARAMETER_BYTES = 5 * 4
+ACTIVATION_BYTES = 2 * 4 * 2
+SAMPLE_BYTES = 4 * 4
+BATCH_SIZE = 64  # an ordinary batch: a larger one is what a memory message blames first
 
 # Philox counters of the random streams. Streams share the run seed as their key and start
 # 2**64 blocks apart, so they never overlap. (`Generator.from_seed(s + 1)` would be
@@ -210,6 +220,77 @@ class Task:
                 f"Received: {self.pack}",
             )
 
+    # Memory ----------------------------------------------------------------------------------
+
+    def network_sizes(self):
+        """What the task's own networks hold, for the memory check before they are built:
+        `(parameters, activations)`, `parameters` a list of `(keys, count)` (the parameters
+        that grow with the model options `keys`, e.g. `(("model.width",), 2_000_000)`) and
+        `activations` the floats one example's forward pass keeps for the backward pass.
+        Networks that `model.generator`/`model.discriminator` replace are left out. The
+        default, `([], 0)`: a task that does not say (nothing is checked)."""
+        return [], 0
+
+    def sample_floats(self):
+        """Floats that one sample's inputs and outputs hold (for `samples.count`, `sample
+        --num`, `eval.count` and `--count`); None: unknown."""
+        return None
+
+    def check_memory(self, batch_size, counts=()):
+        """Refuse network sizes, a batch, and sample or evaluation counts whose memory
+        would not fit (`stagegan.config.memory.check_memory`), before any is allocated.
+
+        Args:
+            batch_size: the global batch.
+            counts: `(key, count)` of the sample and evaluation counts to check.
+
+        Raises:
+            ConfigError: on the key that most makes the largest part that large: of the
+                keys it grows with, the one furthest above its default (a model option,
+                `data.size`, `batch_size`, a count's key).
+        """
+        from stagegan.config.memory import check_memory
+
+        parameters, activations = self.network_sizes()
+        values = {"batch_size": (batch_size, BATCH_SIZE)}
+        for section in ("data", "model"):
+            for name, default in self.defaults.get(section, {}).items():
+                values[f"{section}.{name}"] = (self.options[section][name], default)
+        counts = list(counts)
+        for key, count in counts:
+            values[key] = (count, self.eval_count if "eval" in key else self.sample_count)
+        size = ("data.size",) if "data.size" in values else ()
+        total = sum(count for _, count in parameters)
+        # (the keys a part grows with, its bytes, what it is)
+        parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
+        parts.append(
+            (
+                ("batch_size", *size),
+                batch_size * activations * ACTIVATION_BYTES,
+                f"the activations of a batch of {batch_size:,}",
+            )
+        )
+        per_sample = self.sample_floats() or 0
+        for key, count in counts:
+            words = f"{count:,} samples held at once ({key})"
+            parts.append(((key, *size), count * per_sample * SAMPLE_BYTES, words))
+
+        def growth(key):
+            value, default = values[key]
+            if isinstance(value, list):  # a list of layers: its length
+                value, default = len(value), len(default)
+            return value / default if isinstance(default, int) and default > 0 else 1.0
+
+        blamed = max(max(parts, key=lambda part: part[1])[0], key=growth)
+        words = f"{total:,} parameters with their gradients, optimizer slots and EMA"
+        listed = [(blamed, total * PARAMETER_BYTES, words)]
+        listed += [(blamed, nbytes, words) for _, nbytes, words in parts if words is not None]
+        check_memory(listed, {blamed: values[blamed][0]}, blamed)
+
+    def builds_own(self, scope):
+        """Whether network `scope` is the task's own (no `model.<scope>` names a builder)."""
+        return self.model.get(scope) is None
+
     # Samples and evaluation -------------------------------------------------------------------
 
     eval_count = 1000  # samples an evaluation uses unless told otherwise
@@ -286,7 +367,7 @@ class Task:
             inputs: the input shape without the batch axis, or a list of them.
             output: the expected output shape without the batch axis.
         """
-        from stagegan.config.objects import load_object
+        from stagegan.config.objects import call_user, load_object
 
         key = f"model.{scope}"
         path = self.model.get(scope)
@@ -297,26 +378,23 @@ class Task:
         else:
             raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
         label = path or f"the built-in {scope}"
+        # The built-in networks are called plainly: a bug there keeps its traceback.
+        call = (lambda f, *a, **k: f(*a, **k)) if path is None else partial(call_user, key, label)
         with keras.name_scope(scope):
-            try:
-                network = builder(self)
-            except ConfigError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a user's builder may raise anything
-                if path is None:  # the built-in networks: a bug, with its traceback
-                    raise
-                first = first_line(e)
-                first = first if first == type(e).__name__ else f"{type(e).__name__}: {first}"
-                raise ConfigError(key, f"{label} raised {first}") from None
+            network = call(builder, self)
         if not isinstance(network, keras.Model):
             raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
         several = isinstance(inputs, list)
         zeros = [tf.zeros((1, *shape)) for shape in (inputs if several else [inputs])]
         try:
-            result = network(zeros if several else zeros[0], training=False)
+            result = call(network, zeros if several else zeros[0], training=False)
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
             raise ConfigError(
                 key, f"{label} cannot take inputs of shape {inputs}: {first_line(e)}"
+            ) from None
+        except ConfigError as e:
+            raise ConfigError(
+                key, f"{label} cannot take inputs of shape {inputs}: {e.message}"
             ) from None
         got = tuple(np.shape(result))[1:]
         if got != tuple(output) and not (tuple(output) == (1,) and got == ()):
@@ -334,6 +412,10 @@ class ImageTask(Task):
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
     _reference = None  # the `Pool` of `reference_images`, once loaded
+
+    def sample_floats(self):
+        """An image's floats (subclasses with more inputs or outputs say so)."""
+        return self.data["size"] ** 2 * self.data["channels"]
 
     def build_source(self):
         self.source = ImageSource(self.data, self.rngs.seed, self.batch_size)

@@ -130,6 +130,37 @@ class Completion(ImageTask):
                 f"pixels at data.size {self.size}). Received: {self.model['feather']}",
             )
         self.crop = max(4, self.size // 2)
+        # A rate past the image samples only the zero padding (and pads by as much).
+        wide = [r for r in self.model["dilations"] if not isinstance(r, bool) and r > self.size]
+        if wide:
+            raise ConfigError(
+                "model.dilations",
+                f"a rate above data.size ({self.size}) sees only padding. Received: {wide[0]}",
+            )
+
+    def network_sizes(self):
+        size, width, crop = self.size, self.model["width"], self.crop
+        dilated = len(self.model["dilations"])
+        parameters, activations = [], 0
+        if self.builds_own("generator"):
+            # 3x3 convolutions: in and out widths in units of `width` (see `generator`).
+            units = 2 + 8 + 16 * (dilated + 1) + 8 + 8 + 2 + 2
+            parameters += [(("model.width", "model.dilations"), 9 * width * width * units)]
+            quarter = (size // 4) ** 2 * 4 * width
+            activations += size * size * width * 3 + quarter * (dilated + 3)
+            activations += (size // 2) ** 2 * 2 * width * 4
+        if self.builds_own("discriminator"):
+            # 5x5 convolutions of the global and local branches (4x4 of the patch one).
+            units = 2 * (1 + 2 + 8) + 8
+            flat = ((size // 8) ** 2 * 4 + (crop // 4) ** 2 * 2) * 64
+            parameters += [(("model.width",), 25 * width * width * units)]
+            parameters += [(("model.width", "data.size"), width * flat)]
+            activations += (size * size + crop * crop) * width
+        return parameters, activations
+
+    def sample_floats(self):
+        # the image with its hole, the mask, the completion and the image whole
+        return 4 * super().sample_floats()
 
     # Networks --------------------------------------------------------------------------------
 

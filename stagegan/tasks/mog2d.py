@@ -109,6 +109,26 @@ class Mog2D(Task):
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
+    def network_sizes(self):
+        m = self.model
+        latent, hidden, layers, pack = m["latent_dim"], m["hidden"], m["layers"], m["pack"]
+        # Each Dense layer also costs Python and TensorFlow objects: about a thousand
+        # parameters' worth, counted with the hidden layers.
+        inner = (layers - 1) * hidden * hidden + layers * (hidden + 1000)
+        parameters, activations = [], 0
+        if self.builds_own("generator"):
+            parameters += [(("model.latent_dim", "model.hidden"), latent * hidden)]
+            parameters += [(("model.hidden", "model.layers"), inner + 2 * hidden)]
+            activations += latent + layers * hidden
+        if self.builds_own("discriminator"):
+            parameters += [(("model.pack", "model.hidden"), 2 * pack * hidden)]
+            parameters += [(("model.hidden", "model.layers"), inner + hidden)]
+            activations += 2 * pack + layers * hidden
+        return parameters, activations
+
+    def sample_floats(self):
+        return 2 + self.model["latent_dim"]  # a point, and its latent
+
     def real_batch(self, batch_size):
         rng = self.rngs.data
         modes = rng.uniform([batch_size], 0, len(self.centres), dtype=tf.int32)

@@ -105,6 +105,37 @@ class Unconditional(ImageTask):
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
+    def network_sizes(self):
+        size, channels, latent = self.size, self.data["channels"], self.model["latent_dim"]
+        width, start, ups, pack = self.model["width"], START[size], UPSAMPLINGS[size], self.pack
+        parameters, activations = [], 0
+        if self.builds_own("generator"):
+            widths = [width * 2 ** (ups - 1 - i) for i in range(ups)] + [channels]
+            top = widths[0]
+            latent_in = 2 * latent if self.conditional else latent
+            ups_params = sum(16 * a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+            parameters += [
+                (("model.latent_dim", "model.width"), latent_in * start * start * top),
+                (("model.width",), ups_params),
+            ]
+            sides = [start * 2**i for i in range(ups + 1)]
+            activations += sum(side * side * w for side, w in zip(sides, widths, strict=True))
+        if self.builds_own("discriminator"):
+            widths = [channels * pack] + [width * 2**i for i in range(ups)]
+            last = size // 2**ups
+            convs = sum(16 * a * b for a, b in zip(widths[1:-1], widths[2:], strict=True))
+            parameters += [
+                (("model.width", "model.pack"), 16 * widths[0] * widths[1]),
+                (("model.width",), convs),
+                (("model.width",), last * last * widths[-1]),
+            ]
+            sides = [size // 2**i for i in range(ups + 1)]
+            activations += sum(side * side * w for side, w in zip(sides, widths, strict=True))
+        return parameters, activations
+
+    def sample_floats(self):
+        return super().sample_floats() + self.model["latent_dim"]
+
     def random_inputs(self, batch_size):
         noise = self.rngs.noise
         inputs = {

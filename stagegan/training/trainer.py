@@ -285,6 +285,7 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.batch_size = config.batch_size
         task.check_shard(config.batch_size, placement.replicas)
+        task.check_memory(config.batch_size, held_counts(config, task))
         # Outside the strategy's scope: the state of loss terms is plain variables here.
         task.prepare(
             tuple(u for stage in config.stages for u in stage.updates), placement.variables
@@ -298,6 +299,17 @@ def build_model(config, placement):
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     variables = tuple(check_partition(networks))
     return Model(task, rngs, networks, variables, precision, global_step)
+
+
+def held_counts(config, task):
+    """`(key, count)` of the samples a run holds at once: its sample dumps' and in-training
+    evaluations' (the task's default count where the config names none)."""
+    counts = []
+    if config.samples is not None:
+        counts.append(("samples.count", config.samples.count or task.sample_count))
+    if config.eval is not None:
+        counts.append(("eval.count", config.eval.count or task.eval_count))
+    return counts
 
 
 def build_updates(config, model, placement):
