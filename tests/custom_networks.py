@@ -1,6 +1,7 @@
 """Network builders named by tests as `model.generator: custom_networks:...` (mog2d task)."""
 
 import keras
+import numpy as np
 
 
 def wide(task):
@@ -34,3 +35,31 @@ def mean_colour_features():
 def raises(task):
     """A builder with a bug of its own."""
     raise KeyError("width_multiplier")
+
+
+# Feature extractors that fail (`--features custom_networks:...`), each one way.
+
+
+def raising_features():
+    raise RuntimeError("no weights here")
+
+
+NOT_A_FUNCTION = 42
+
+
+def nan_features():
+    """Finite for blank images (the check before training passes), NaN for the others."""
+    return lambda images: np.where(np.abs(images).max(axis=(1, 2, 3)) > 0, np.nan, 0.0)[:, None]
+
+
+def one_row_short():
+    return lambda images: np.zeros((max(len(images) - 1, 0), 3), np.float32)
+
+
+def text_features():
+    return lambda images: np.array([["a"]] * len(images))
+
+
+def plain_function_features():
+    """A builder returning a plain function of the images (no `training` argument)."""
+    return lambda images: np.asarray(images).mean(axis=(1, 2))

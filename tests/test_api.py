@@ -169,3 +169,25 @@ def test_api_names_survive_importing_every_submodule():
         importlib.import_module(module.name)
     for name in stagegan.__all__:
         assert getattr(stagegan, name) is API[name], name
+
+
+def test_api_errors_name_the_api_arguments_not_the_cli_flags(runs, tmp_path):
+    """Hardening round 4: the library names the CLI's flags in its errors; the API's callers
+    see their own arguments' names, running out of memory included."""
+    api, _, _ = runs
+    run = stagegan.load_run(api.path)
+    for call, key in (
+        (lambda: run.sample(2, checkpoint=999), "checkpoint"),
+        (lambda: run.sample(10**15), "n"),
+        (lambda: run.evaluate(count=10**15), "count"),
+        (lambda: stagegan.load_run(tmp_path / "nothing"), "run"),
+        (lambda: stagegan.Run(api.path).resume(checkpoint=999), "checkpoint"),
+    ):
+        with pytest.raises(stagegan.Error) as caught:
+            call()
+        assert caught.value.key == key, caught.value
+        assert "--" not in caught.value.key
+    with pytest.raises(stagegan.Error) as caught:
+        stagegan.train("mog_ring", {"model.hidden": 10**8}, tmp_path / "huge")
+    assert caught.value.key == "model.hidden" and "would need about" in caught.value.message
+    assert not (tmp_path / "huge").exists()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from toytask import two_stage_config
+from toytask import finished_run, two_stage_config
 
 from stagegan.cli import main as cli
 from stagegan.config.schema import REQUIRED_TOP_LEVEL, TOP_LEVEL_DEFAULTS, parse_config
@@ -72,6 +72,39 @@ def place(tmp_path_factory):
     fieldless = shutil.copytree(run, root / "fieldless")  # entries without their step
     index = fieldless / "checkpoints" / "index.json"
     index.write_text(json.dumps({"checkpoints": [{"prefix": e["prefix"]} for e in listed]}))
+    # Hardening round 4: run records damaged or swapped for a fifo, a keep-best run whose
+    # best record or checkpoint is damaged.
+    fifo_clusters = shutil.copytree(run, root / "fifo_clusters")
+    os.mkfifo(fifo_clusters / "clusters.json")  # would hang a reader that opens it
+    huge_clusters = shutil.copytree(run, root / "huge_clusters")
+    record = {"data": {}, "files": ["a.png", "b.png"], "labels": [0, 10**15]}
+    (huge_clusters / "clusters.json").write_text(json.dumps(record))
+    fifo_index = shutil.copytree(run, root / "fifo_index")
+    (fifo_index / "checkpoints" / "index.json").unlink()
+    os.mkfifo(fifo_index / "checkpoints" / "index.json")
+    fifo_inputs = shutil.copytree(broken_inputs, root / "fifo_inputs")
+    (fifo_inputs / "samples" / "inputs.npz").unlink()
+    os.mkfifo(fifo_inputs / "samples" / "inputs.npz")
+    best = finished_run(root / "best", KEEP_BEST)
+    listed = json.loads((best / "checkpoints" / "index.json").read_text())["checkpoints"]
+    for name, damage in (
+        ("best_garbage", lambda e: {**e, "best": "garbage"}),
+        ("best_value", lambda e: {**e, "best": {**e["best"], "value": "low"}}),
+        ("best_step", lambda e: {**e, "best": {**e["best"], "step": 10**20}}),
+        ("until_ends", lambda e: {**e, "until": {**e["until"], "ends": {"joint": "x"}}}),
+    ):
+        damaged = shutil.copytree(best, root / name)
+        index = damaged / "checkpoints" / "index.json"
+        index.write_text(json.dumps({"checkpoints": [damage(e) for e in listed]}))
+    # Unfinished (its latest is the joint stage's step 4), and its best checkpoint (step 2,
+    # which the joint stage rolls back to at its end) has lost its data file.
+    best_deleted = shutil.copytree(best, root / "best_deleted")
+    index = best_deleted / "checkpoints" / "index.json"
+    assert [e["step"] for e in listed[:2]] == [2, 4] and "best" in listed[0]["tags"]
+    index.write_text(json.dumps({"checkpoints": listed[:2]}))
+    for data in (best_deleted / "checkpoints").glob("ckpt-00000002.data-*"):
+        data.unlink()
+    (root / "folder.png").mkdir()
     (root / "not_a_run").mkdir()
     (root / "broken.yaml").write_text("name: x\nstages: [\n")
     (root / "list.yaml").write_text("- 1\n- 2\n")
@@ -107,6 +140,25 @@ def place(tmp_path_factory):
         yaml.safe_dump({k: v for k, v in TOY.items() if k != "stages"})
     )
     return root
+
+
+# D alone 2 steps, D and G until a gap plateau (at most 4 steps) rolled back to the best
+# checkpoint, G alone 2 steps; evaluated (and ranked) every 2 steps.
+KEEP_BEST = two_stage_config(
+    "best",
+    0,
+    2,
+    4,
+    checkpoint={"every": 2, "keep_best": {"metric": "gap", "mode": "min"}},
+    eval={"every": 2},
+)
+KEEP_BEST["stages"][1]["until"] = {
+    "eval": "gap",
+    "mode": "min",
+    "patience": 1,
+    "check_every": 2,
+    "restore": "best",
+}
 
 
 def toy(*sets):
@@ -666,6 +718,117 @@ CASES = {
         [*TRAIN, *toy("stages[2].steps=5")],
         ["stages[2]: --set: index out of range: stages has 2 items (stages[0] to stages[1])"],
     ),
+    # Hardening round 4. Sizes: every size and count that allocates has a bound, checked
+    # against the memory this process may use before anything is built or written.
+    "a network width beyond memory": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "model.width=1000000"],
+        ["model.width: would need about", "parameters with their gradients"],
+    ),
+    "a latent beyond memory": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.latent_dim=1000000000000"],
+        ["model.latent_dim: would need about", "Received: 1000000000000"],
+    ),
+    "hidden layers beyond memory": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.hidden=100000000"],
+        ["model.hidden: would need about", "Received: 100000000"],
+    ),
+    "a billion layers": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.layers=1000000000"],
+        ["model.layers: would need about", "Received: 1000000000"],
+    ),
+    "sample dumps beyond memory": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "samples.count=1000000000"],
+        ["samples.count: would need about", "1,000,000,000 samples held at once"],
+    ),
+    "an in-training evaluation beyond memory": (
+        [*TRAIN, "--config", "mog_ring", "--set", "eval.count=10000000000000"],
+        ["eval.count: would need about", "Received: 10000000000000"],
+    ),
+    "sample --num beyond memory": (
+        ["sample", "--run", "{root}/run", "--num", "100000000000000", "--output", "{root}/s.npy"],
+        ["--num: would need about", "Received: 100000000000000"],
+    ),
+    "eval --count beyond memory on a task without real images": (
+        ["eval", "--run", "{root}/run", "--count", "100000000000000"],
+        ["--count: would need about", "Received: 100000000000000"],
+    ),
+    # Run records: regular files only, checked whole before anything is written.
+    "a run's clusters record that is a fifo": (
+        ["sample", "--run", "{root}/fifo_clusters", "--num", "2", "--output", "{root}/s.npy"],
+        ["--run: cannot read the run's clusters", "clusters.json is not a regular file"],
+    ),
+    "a clusters record with a huge cluster number": (
+        ["eval", "--run", "{root}/huge_clusters"],
+        ["--run: cannot read the run's clusters", "cluster 1000000000000000 of 2 files"],
+    ),
+    "a checkpoint index that is a fifo": (
+        ["eval", "--run", "{root}/fifo_index"],
+        ["--run: the checkpoint index is unreadable", "index.json is not a regular file"],
+    ),
+    "resume with sample inputs that are a fifo": (
+        ["train", "--resume", "{root}/fifo_inputs"],
+        ["inputs.npz", "is not a regular file"],
+    ),
+    "resume with a best record that is not one": (
+        ["train", "--resume", "{root}/best_garbage"],
+        ["--resume: the checkpoint index", "best 'garbage' is not a keep_best record"],
+    ),
+    "resume with a best value that is not a number": (
+        ["train", "--resume", "{root}/best_value"],
+        ["--resume: the checkpoint index", "best value 'low' is not a number"],
+    ),
+    "eval --checkpoint best with a best step past the checkpoint": (
+        ["eval", "--run", "{root}/best_step", "--checkpoint", "best"],
+        ["--run: the checkpoint index", "best step 100000000000000000000 is not a step up to"],
+    ),
+    "resume with until ends that are not lengths": (
+        ["train", "--resume", "{root}/until_ends"],
+        ["--resume: the checkpoint index", "until.ends {'joint': 'x'} are not stages' lengths"],
+    ),
+    "resume whose restore: best checkpoint was deleted": (
+        ["train", "--resume", "{root}/best_deleted"],
+        ["--resume: stage 'joint' rolls back", "stages[1].until.restore", "is missing"],
+    ),
+    "sample --checkpoint best, deleted": (
+        ["sample", "--run", "{root}/best_deleted", "--checkpoint", "best", "--num", "2"]
+        + ["--output", "{root}/s.npy"],
+        ["--checkpoint: ", "ckpt-00000002 is damaged", "is missing"],
+    ),
+    # Writes checked before the work.
+    "sample --output where nothing can be written": (
+        ["sample", "--run", "{root}/run", "--num", "2", "--output", "/sys/s.png"],
+        ["--output: cannot write in /sys"],
+    ),
+    "sample --output that is a folder": (
+        ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/folder.png"],
+        ["--output: {root}/folder.png already exists"],
+    ),
+    # The one-line format: argparse's errors, paths with a newline.
+    "launch --gpus-per-worker not a number": (
+        ["launch", "--workers", "2", "--gpus-per-worker", "abc"],
+        ["--gpus-per-worker: invalid int value: 'abc'"],
+    ),
+    "sample --num not a number": (
+        ["sample", "--run", "{root}/run", "--num", "abc", "--output", "{root}/s.npy"],
+        ["--num: invalid int value: 'abc'"],
+    ),
+    "an unknown flag": (
+        ["eval", "--run", "{root}/run", "--colour", "red"],
+        ["unrecognized arguments: --colour red"],
+    ),
+    "a config path with a newline": (
+        ["plan", "--config", "{root}/two\nlines.yaml"],
+        ["--config: no such file or preset", "two\\nlines.yaml"],
+    ),
+    "a run folder with a newline": (
+        ["eval", "--run", "{root}/no\nrun"],
+        ["--run: no such run folder", "no\\nrun"],
+    ),
+    # A folder name need not be UTF-8: a --set value of such bytes is a path, not bad YAML.
+    "data.path of bytes that are not UTF-8": (
+        [*TRAIN, "--config", "dcgan_folder", "--set", "data.path={root}/no_such_\udcff"],
+        ["data.path: ", "no_such_"],
+    ),
 }
 
 
@@ -701,3 +864,18 @@ def test_bad_input_is_refused_cleanly(name, place, capfd, monkeypatch):
         assert word.replace("{root}", str(place)) in lines[0], lines[0]
     assert snapshot(place) == before  # nothing changed, nothing new (no runs/, no new/)
     assert not os.path.exists(place / "runs")
+
+
+def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capfd):
+    """What the size checks miss (a user's code, an estimate too low) ends as one line too."""
+
+    def plan_out_of_memory(args):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli, "cmd_plan", plan_out_of_memory)
+    assert cli.main(["plan"]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines == [
+        "stagegan: error: memory: ran out of memory (MemoryError: MemoryError); use smaller "
+        "sizes, counts or batches"
+    ]

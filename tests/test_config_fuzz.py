@@ -38,6 +38,7 @@ from stagegan.tasks.base import RandomStreams
 from stagegan.tasks.completion import Completion
 from stagegan.tasks.mog2d import Mog2D
 from stagegan.tasks.unconditional import Unconditional
+from stagegan.training.trainer import held_counts
 
 EXAMPLES = int(os.environ.get("STAGEGAN_FUZZ_EXAMPLES", "75"))
 FUZZ = settings(
@@ -109,6 +110,7 @@ def key_paths():
         ("eval", EVAL_DEFAULTS),
         ("init", INIT_DEFAULTS),
         ("augment", AUGMENT_DEFAULTS),
+        ("checkpoint.keep_best", {"metric": None, "mode": None}),  # hardening round 4
     ):
         walk(section, defaults)
     for task in TASKS:
@@ -337,15 +339,18 @@ TASK_PATHS = [path for path in KEY_PATHS if path.split(".")[0] in ("data", "mode
     ),
 )
 def test_any_task_option_makes_the_task_or_names_the_key(task, changes):
-    """The task's own checks of `data`, `model` and `loss` (run when the trainer is built,
-    before any network), on configs that `stagegan.load` accepted."""
+    """The task's own checks of `data`, `model` and `loss` and the memory check of what
+    they would allocate (run when the trainer is built, before any network), on configs
+    that `stagegan.load` accepted."""
     raw = {**copy.deepcopy(BASE), "task": task, "augment": None}
     for path, value in changes:
         set_path(raw, path, value)
     try:
         config = stagegan.load(raw)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
-        make_task(config.task, options, RNGS)
+        task = make_task(config.task, options, RNGS)
+        # Hardening round 4: the memory check of what the options would allocate.
+        task.check_memory(config.batch_size, held_counts(config, task))
     except stagegan.ConfigError as e:
         assert_clean(e)
 

@@ -9,6 +9,7 @@ import pytest
 from clihelp import TINY, assert_user_error, inprocess, stagegan
 from test_outputs import png_size
 
+from stagegan import Error, load_run
 from stagegan.evaluation import metrics, realism
 
 COMPLETION = [
@@ -298,6 +299,38 @@ def test_inception_offline_or_missing_weights_say_so_and_custom_features_work(wg
     assert report["features"] == "custom_networks:mean_colour_features"
     assert report["count"] == 20 and report["held_out"] is True
     assert report["fid"] > 0 and np.isfinite(report["kid"]) and report["kid_std"] >= 0
+
+
+def test_a_custom_extractor_that_fails_is_one_line_and_writes_nothing(wgan):
+    """Hardening round 4: a user's feature extractor is called through one guard and its
+    features are checked (one row an image, numbers, finite) before any number is made of
+    them; nothing reaches eval.jsonl."""
+    log = wgan / "eval.jsonl"
+    before = log.read_bytes() if log.exists() else None
+    cases = {
+        "raising_features": "custom_networks:raising_features raised RuntimeError: no weights",
+        "NOT_A_FUNCTION": "custom_networks:NOT_A_FUNCTION is a int, not a function",
+        "nan_features": "gave non-finite features (NaN or Inf) for 20 of 20 images",
+        "one_row_short": "features must have one row an image: got shape [1, 3] for 2 images",
+        "text_features": "features must be numbers; got an array of <U1 for 2 images",
+        "no_such_function": "module 'custom_networks' has no attribute 'no_such_function'",
+    }
+    for name, words in cases.items():
+        result = inprocess(
+            "eval", "--run", wgan, "--count", "20", "--features", f"custom_networks:{name}"
+        )
+        assert_user_error(result, "--features: ", words)
+    assert (log.read_bytes() if log.exists() else None) == before
+    with pytest.raises(Error) as caught:  # the API: the argument's name
+        load_run(wgan).evaluate(count=20, features="custom_networks:nan_features")
+    assert caught.value.key == "features"
+    # A builder returning a plain function of the images (no `training` argument) works.
+    result = inprocess(
+        "eval", "--run", wgan, "--count", "20", "--json",
+        "--features", "custom_networks:plain_function_features",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["metrics"]["fid"] > 0
 
 
 def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, monkeypatch):

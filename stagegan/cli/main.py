@@ -16,12 +16,15 @@ from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError, ou
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with stagegan's one-line errors: `stagegan: error: MESSAGE` and exit status 2,
-    no usage lines (`--help` shows them). Its sub-commands' parsers are of this class too."""
+    """argparse with stagegan's one-line errors: a ConfigError naming the flag (`stagegan:
+    error: --num: invalid int value: 'abc'`, exit status 2), no usage lines (`--help` shows
+    them). Its sub-commands' parsers are of this class too."""
 
     def error(self, message):
-        print(f"stagegan: error: {one_line(message)}", file=sys.stderr)
-        sys.exit(2)
+        flag, found, rest = message.partition(": ")
+        if found and flag.startswith("argument "):
+            raise ConfigError(flag.removeprefix("argument ").split("/")[0], rest)
+        raise ConfigError("", message)
 
 
 def one_line(text):
@@ -203,11 +206,15 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "launch":
-        args.train_args = rest  # train's own arguments, checked by `launch`
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        args, rest = parser.parse_known_args(argv)
+        if args.command == "launch":
+            args.train_args = rest  # train's own arguments, checked by `launch`
+        elif rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    except ConfigError as e:
+        print(f"stagegan: error: {one_line(e)}", file=sys.stderr)
+        return 2
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger("stagegan")

@@ -224,17 +224,28 @@ class Task:
 
     def network_sizes(self):
         """What the task's own networks hold, for the memory check before they are built:
-        `(parameters, activations)`, `parameters` a list of `(keys, count)` (the parameters
-        that grow with the model options `keys`, e.g. `(("model.width",), 2_000_000)`) and
-        `activations` the floats one example's forward pass keeps for the backward pass.
-        Networks that `model.generator`/`model.discriminator` replace are left out. The
-        default, `([], 0)`: a task that does not say (nothing is checked)."""
-        return [], 0
+        `(parameters, activations)`, each a list of `(keys, count)`: the parameters that
+        grow with the options `keys` (e.g. `(("model.width",), 2_000_000)`), and the floats
+        that one example's forward pass keeps for the backward pass, by the options they
+        grow with. Networks that `model.generator`/`model.discriminator` replace are left
+        out. The default, `([], [])`: a task that does not say (nothing is checked)."""
+        return [], []
+
+    sample_keys = ()  # the options a sample's size grows with (`sample_floats`)
 
     def sample_floats(self):
         """Floats that one sample's inputs and outputs hold (for `samples.count`, `sample
-        --num`, `eval.count` and `--count`); None: unknown."""
-        return None
+        --num`, `eval.count` and `--count`), which grow with `sample_keys`; None: unknown
+        yet. The default measures one sample once the networks are built (from a seed of
+        its own: the run's streams are untouched)."""
+        if not self.networks:
+            return None
+        try:
+            inputs, _ = self.sample_inputs(1, 0)
+            arrays = [*inputs.values(), *self.sample_outputs(inputs).values()]
+        except Exception:  # noqa: BLE001 - a task that cannot sample yet: its counts unchecked
+            return None
+        return sum(int(np.size(array)) for array in arrays)
 
     def check_memory(self, batch_size, counts=()):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
@@ -243,6 +254,10 @@ class Task:
         Args:
             batch_size: the global batch.
             counts: `(key, count)` of the sample and evaluation counts to check.
+
+        Returns:
+            Whether the counts were checked (False when a sample's size is not known yet:
+            a task of the user's, before its networks are built).
 
         Raises:
             ConfigError: on the key that most makes the largest part that large: of the
@@ -259,21 +274,21 @@ class Task:
         counts = list(counts)
         for key, count in counts:
             values[key] = (count, self.eval_count if "eval" in key else self.sample_count)
-        size = ("data.size",) if "data.size" in values else ()
         total = sum(count for _, count in parameters)
         # (the keys a part grows with, its bytes, what it is)
         parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
-        parts.append(
-            (
-                ("batch_size", *size),
-                batch_size * activations * ACTIVATION_BYTES,
-                f"the activations of a batch of {batch_size:,}",
-            )
-        )
-        per_sample = self.sample_floats() or 0
-        for key, count in counts:
+        words = f"the activations of a batch of {batch_size:,}"
+        parts += [
+            (("batch_size", *keys), batch_size * count * ACTIVATION_BYTES, words)
+            for keys, count in activations
+        ]
+        per_sample = self.sample_floats()
+        for key, count in counts if per_sample is not None else ():
             words = f"{count:,} samples held at once ({key})"
-            parts.append(((key, *size), count * per_sample * SAMPLE_BYTES, words))
+            parts.append(((key, *self.sample_keys), count * per_sample * SAMPLE_BYTES, words))
+
+        if not parts:  # a task that says nothing of its sizes, before its networks exist
+            return False
 
         def growth(key):
             value, default = values[key]
@@ -282,10 +297,13 @@ class Task:
             return value / default if isinstance(default, int) and default > 0 else 1.0
 
         blamed = max(max(parts, key=lambda part: part[1])[0], key=growth)
-        words = f"{total:,} parameters with their gradients, optimizer slots and EMA"
-        listed = [(blamed, total * PARAMETER_BYTES, words)]
-        listed += [(blamed, nbytes, words) for _, nbytes, words in parts if words is not None]
+        listed = {f"{total:,} parameters with their gradients, optimizer slots and EMA": 0}
+        for _, nbytes, words in parts:  # one entry a kind of part
+            words = words or next(iter(listed))
+            listed[words] = listed.get(words, 0) + nbytes
+        listed = [(blamed, nbytes, words) for words, nbytes in listed.items()]
         check_memory(listed, {blamed: values[blamed][0]}, blamed)
+        return per_sample is not None
 
     def builds_own(self, scope):
         """Whether network `scope` is the task's own (no `model.<scope>` names a builder)."""
@@ -412,6 +430,8 @@ class ImageTask(Task):
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
     _reference = None  # the `Pool` of `reference_images`, once loaded
+
+    sample_keys = ("data.size",)
 
     def sample_floats(self):
         """An image's floats (subclasses with more inputs or outputs say so)."""

@@ -141,21 +141,22 @@ class Completion(ImageTask):
     def network_sizes(self):
         size, width, crop = self.size, self.model["width"], self.crop
         dilated = len(self.model["dilations"])
-        parameters, activations = [], 0
+        parameters, activations = [], []
+        image = ("model.width", "data.size")
         if self.builds_own("generator"):
             # 3x3 convolutions: in and out widths in units of `width` (see `generator`).
             units = 2 + 8 + 16 * (dilated + 1) + 8 + 8 + 2 + 2
             parameters += [(("model.width", "model.dilations"), 9 * width * width * units)]
             quarter = (size // 4) ** 2 * 4 * width
-            activations += size * size * width * 3 + quarter * (dilated + 3)
-            activations += (size // 2) ** 2 * 2 * width * 4
+            floats = size * size * width * 3 + quarter * (dilated + 3)
+            activations += [(image, floats + (size // 2) ** 2 * 2 * width * 4)]
         if self.builds_own("discriminator"):
             # 5x5 convolutions of the global and local branches (4x4 of the patch one).
             units = 2 * (1 + 2 + 8) + 8
             flat = ((size // 8) ** 2 * 4 + (crop // 4) ** 2 * 2) * 64
             parameters += [(("model.width",), 25 * width * width * units)]
-            parameters += [(("model.width", "data.size"), width * flat)]
-            activations += (size * size + crop * crop) * width
+            parameters += [(image, width * flat)]
+            activations += [(image, (size * size + crop * crop) * width)]
         return parameters, activations
 
     def sample_floats(self):

@@ -115,16 +115,19 @@ class Mog2D(Task):
         # Each Dense layer also costs Python and TensorFlow objects: about a thousand
         # parameters' worth, counted with the hidden layers.
         inner = (layers - 1) * hidden * hidden + layers * (hidden + 1000)
-        parameters, activations = [], 0
+        deep = ("model.hidden", "model.layers")
+        parameters, activations = [], []
         if self.builds_own("generator"):
             parameters += [(("model.latent_dim", "model.hidden"), latent * hidden)]
-            parameters += [(("model.hidden", "model.layers"), inner + 2 * hidden)]
-            activations += latent + layers * hidden
+            parameters += [(deep, inner + 2 * hidden)]
+            activations += [(("model.latent_dim",), latent), (deep, layers * hidden)]
         if self.builds_own("discriminator"):
             parameters += [(("model.pack", "model.hidden"), 2 * pack * hidden)]
-            parameters += [(("model.hidden", "model.layers"), inner + hidden)]
-            activations += 2 * pack + layers * hidden
+            parameters += [(deep, inner + hidden)]
+            activations += [(("model.pack",), 2 * pack), (deep, layers * hidden)]
         return parameters, activations
+
+    sample_keys = ("model.latent_dim",)
 
     def sample_floats(self):
         return 2 + self.model["latent_dim"]  # a point, and its latent

@@ -108,7 +108,8 @@ class Unconditional(ImageTask):
     def network_sizes(self):
         size, channels, latent = self.size, self.data["channels"], self.model["latent_dim"]
         width, start, ups, pack = self.model["width"], START[size], UPSAMPLINGS[size], self.pack
-        parameters, activations = [], 0
+        parameters, activations = [], []
+        image = ("model.width", "data.size")
         if self.builds_own("generator"):
             widths = [width * 2 ** (ups - 1 - i) for i in range(ups)] + [channels]
             top = widths[0]
@@ -119,7 +120,8 @@ class Unconditional(ImageTask):
                 (("model.width",), ups_params),
             ]
             sides = [start * 2**i for i in range(ups + 1)]
-            activations += sum(side * side * w for side, w in zip(sides, widths, strict=True))
+            floats = sum(side * side * w for side, w in zip(sides, widths, strict=True))
+            activations += [(image, floats)]
         if self.builds_own("discriminator"):
             widths = [channels * pack] + [width * 2**i for i in range(ups)]
             last = size // 2**ups
@@ -130,8 +132,11 @@ class Unconditional(ImageTask):
                 (("model.width",), last * last * widths[-1]),
             ]
             sides = [size // 2**i for i in range(ups + 1)]
-            activations += sum(side * side * w for side, w in zip(sides, widths, strict=True))
+            floats = sum(side * side * w for side, w in zip(sides, widths, strict=True))
+            activations += [(image, floats)]
         return parameters, activations
+
+    sample_keys = ("data.size", "model.latent_dim")
 
     def sample_floats(self):
         return super().sample_floats() + self.model["latent_dim"]

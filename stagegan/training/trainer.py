@@ -285,7 +285,7 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.batch_size = config.batch_size
         task.check_shard(config.batch_size, placement.replicas)
-        task.check_memory(config.batch_size, held_counts(config, task))
+        counted = task.check_memory(config.batch_size, held_counts(config, task))
         # Outside the strategy's scope: the state of loss terms is plain variables here.
         task.prepare(
             tuple(u for stage in config.stages for u in stage.updates), placement.variables
@@ -296,6 +296,8 @@ def build_model(config, placement):
             log.warning(warning)
         with placement.scope(), dtype_policy(precision):
             networks = task.build()
+        if not counted:  # a sample's size is known now (a user's task)
+            task.check_memory(config.batch_size, held_counts(config, task))
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     variables = tuple(check_partition(networks))
     return Model(task, rngs, networks, variables, precision, global_step)
