@@ -808,6 +808,14 @@ CASES = {
         ["launch", "--workers", "2", "--gpus-per-worker", "abc"],
         ["--gpus-per-worker: invalid int value: 'abc'"],
     ),
+    "launch a million workers": (
+        ["launch", "--workers", "1000000", "--config", "{root}/toy.yaml"],
+        ["--workers: would need about 700 TB of memory (1,000,000 TensorFlow processes)"],
+    ),
+    "launch --grace nan": (
+        ["launch", "--workers", "2", "--grace", "nan", "--config", "{root}/toy.yaml"],
+        ["--grace: must be a number of seconds, 0 or more. Received: nan"],
+    ),
     "sample --num not a number": (
         ["sample", "--run", "{root}/run", "--num", "abc", "--output", "{root}/s.npy"],
         ["--num: invalid int value: 'abc'"],

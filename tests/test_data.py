@@ -282,6 +282,8 @@ def test_sizes_that_cannot_fit_are_refused_before_anything_allocates(monkeypatch
     from stagegan.data import prepare as preparing
 
     monkeypatch.setattr(memory, "physical_memory", lambda: 16 * 10**9)
+    monkeypatch.setattr(memory, "cgroup_memory", lambda: None)
+    monkeypatch.setattr(memory, "free_memory", lambda: None)
     cases = [
         ({"size": 1_000_000}, 32, "data.size", "1000000"),
         ({"count": 10**9}, 32, "data.count", "1000000000"),
@@ -303,6 +305,27 @@ def test_sizes_that_cannot_fit_are_refused_before_anything_allocates(monkeypatch
     )
     monkeypatch.setattr(memory, "physical_memory", lambda: 2 * 10**9)
     preparing.check_arguments(".", "unused", size=1024)  # 21 images at a time: 66 MB
+
+
+def test_the_memory_limit_is_the_least_of_physical_cgroup_and_free(monkeypatch):
+    """Hardening round 4: a process in a cgroup, or on a busy machine, may use less than the
+    physical memory; the message says which limit it met."""
+    from stagegan.config import memory
+
+    monkeypatch.setattr(memory, "physical_memory", lambda: 16 * 10**9)
+    monkeypatch.setattr(memory, "cgroup_memory", lambda: 4 * 10**9)
+    monkeypatch.setattr(memory, "free_memory", lambda: 9 * 10**9)
+    assert memory.memory_limit() == (4 * 10**9, "this process may use 4.0 GB (its cgroup's limit)")
+    monkeypatch.setattr(memory, "cgroup_memory", lambda: None)
+    assert memory.memory_limit() == (9 * 10**9, "9.0 GB is free")
+    with pytest.raises(ConfigError) as info:  # 10 GB fits the machine, not what is free
+        memory.check_memory([("data.count", 10 * 10**9, "ten")], {"data.count": 1})
+    assert str(info.value) == (
+        "data.count: would need about 10.0 GB of memory (ten); 9.0 GB is free. Received: 1"
+    )
+    # This machine's own readings: numbers, or None where the OS does not say.
+    for reading in (memory.cgroup_memory(), memory.free_memory(), memory.physical_memory()):
+        assert reading is None or reading > 0
 
 
 def test_a_new_source_is_one_registered_class():

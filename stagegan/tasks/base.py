@@ -282,7 +282,7 @@ class Task:
             (("batch_size", *keys), batch_size * count * ACTIVATION_BYTES, words)
             for keys, count in activations
         ]
-        per_sample = self.sample_floats()
+        per_sample = self.sample_floats() if counts else 0
         for key, count in counts if per_sample is not None else ():
             words = f"{count:,} samples held at once ({key})"
             parts.append(((key, *self.sample_keys), count * per_sample * SAMPLE_BYTES, words))
