@@ -9,7 +9,7 @@ import pytest
 from clihelp import TINY, assert_user_error, inprocess, stagegan
 from test_outputs import png_size
 
-from stagegan import Error, load_run
+from stagegan import ConfigError, Error, load_run
 from stagegan.evaluation import metrics, realism
 
 COMPLETION = [
@@ -305,8 +305,10 @@ def test_a_custom_extractor_that_fails_is_one_line_and_writes_nothing(wgan):
     """Hardening round 4: a user's feature extractor is called through one guard and its
     features are checked (one row an image, numbers, finite) before any number is made of
     them; nothing reaches eval.jsonl."""
-    log = wgan / "eval.jsonl"
-    before = log.read_bytes() if log.exists() else None
+    from stagegan.evaluation.evaluate import Evaluation
+    from stagegan.run.reading import restore_run
+
+    trainer, _ = restore_run(wgan)
     cases = {
         "raising_features": "custom_networks:raising_features raised RuntimeError: no weights",
         "NOT_A_FUNCTION": "custom_networks:NOT_A_FUNCTION is a int, not a function",
@@ -316,21 +318,26 @@ def test_a_custom_extractor_that_fails_is_one_line_and_writes_nothing(wgan):
         "no_such_function": "module 'custom_networks' has no attribute 'no_such_function'",
     }
     for name, words in cases.items():
-        result = inprocess(
-            "eval", "--run", wgan, "--count", "20", "--features", f"custom_networks:{name}"
-        )
-        assert_user_error(result, "--features: ", words)
-    assert (log.read_bytes() if log.exists() else None) == before
-    with pytest.raises(Error) as caught:  # the API: the argument's name
-        load_run(wgan).evaluate(count=20, features="custom_networks:nan_features")
-    assert caught.value.key == "features"
+        evaluation = Evaluation(trainer, wgan, count=20, features=f"custom_networks:{name}")
+        with pytest.raises(ConfigError) as caught:
+            evaluation.run()
+        assert caught.value.key == "--features" and words in caught.value.message
+        assert "\n" not in str(caught.value)
     # A builder returning a plain function of the images (no `training` argument) works.
+    spec = "custom_networks:plain_function_features"
+    metrics = Evaluation(trainer, wgan, count=20, features=spec).run()["metrics"]
+    assert metrics["features"] == spec and metrics["fid"] > 0
+    # Through the command line and the API: one line, and nothing written.
+    log = wgan / "eval.jsonl"
+    before = log.read_bytes() if log.exists() else None
     result = inprocess(
-        "eval", "--run", wgan, "--count", "20", "--json",
-        "--features", "custom_networks:plain_function_features",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["metrics"]["fid"] > 0
+        "eval", "--run", wgan, "--count", "20", "--features", "custom_networks:nan_features"
+    )
+    assert_user_error(result, "--features: ", cases["nan_features"])
+    with pytest.raises(Error) as caught:
+        load_run(wgan).evaluate(count=20, features="custom_networks:one_row_short")
+    assert caught.value.key == "features"
+    assert (log.read_bytes() if log.exists() else None) == before
 
 
 def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, monkeypatch):
