@@ -96,3 +96,11 @@ def out_of_memory(error):
             "smaller sizes, counts or batches",
         )
     return None
+
+
+def shown(value):
+    """`repr(value)`, but an int beyond any float as words (Python refuses to print one of
+    more than 4,300 digits, and a message should not be a thousand digits long)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1e308:
+        return "an integer beyond 1e308"
+    return repr(value)

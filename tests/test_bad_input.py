@@ -744,6 +744,18 @@ CASES = {
         [*TRAIN, "--config", "mog_ring", "--set", "eval.count=10000000000000"],
         ["eval.count: would need about", "Received: 10000000000000"],
     ),
+    "a stage of more steps than a step counter holds": (
+        [*TRAIN, *toy("stages[1].steps=100000000000000000000")],
+        ["stages[1].steps: must be at most 2**62. Received: 100000000000000000000"],
+    ),
+    "features named for a task that computes none in them": (
+        [*TRAIN, "--config", "mog_ring", "--set", "eval.features=nope:nope"],
+        ["eval.features: task 'mog2d' computes no metric in image features"],
+    ),
+    "a size beyond any float": (
+        [*TRAIN, "--config", "mog_ring", "--set", "model.hidden=1" + "0" * 400],
+        ["model.hidden: would need about over 10**", "Received: an integer beyond 1e308"],
+    ),
     "sample --num beyond memory": (
         ["sample", "--run", "{root}/run", "--num", "100000000000000", "--output", "{root}/s.npy"],
         ["--num: would need about", "Received: 100000000000000"],

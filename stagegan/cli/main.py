@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from stagegan.config.memory import check_memory
+from stagegan.config.memory import check_memory, format_count
 from stagegan.config.schema import check_batch_divides, check_seed, load_config
 from stagegan.data import prepare
 from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError, out_of_memory
@@ -329,7 +329,13 @@ def cmd_launch(args):
             "--grace", f"must be a number of seconds, 0 or more. Received: {args.grace}"
         )
     check_memory(
-        [("--workers", args.workers * WORKER_BYTES, f"{args.workers:,} TensorFlow processes")],
+        [
+            (
+                "--workers",
+                args.workers * WORKER_BYTES,
+                f"{format_count(args.workers)} TensorFlow processes",
+            )
+        ],
         {"--workers": args.workers},
     )
     gpus = assign_gpus(args.workers, args.gpus_per_worker, host_gpus())

@@ -5,9 +5,10 @@ the process.
 Imports nothing heavy: the CLI checks `prepare --size` before it imports TensorFlow.
 """
 
+import math
 import os
 
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, shown
 
 ORDINARY_SIDE = 64  # a side most image runs use: the size check blames `size` if it would fit
 
@@ -107,7 +108,7 @@ def check_memory(parts, received, key=None):
     raise ConfigError(
         key,
         f"would need about {format_bytes(needed)} of memory ({what}); {where}. "
-        f"Received: {received[key]}",
+        f"Received: {shown(received[key])}",
     )
 
 
@@ -129,12 +130,21 @@ def check_image_memory(parts, side, size_key, received):
     needed = sum(size for _, size, _ in parts)
     if limit is None or needed <= limit:
         return
-    fits_smaller = needed * (ORDINARY_SIDE / side) ** 2 <= limit
+    fits_smaller = needed * ORDINARY_SIDE**2 <= limit * side**2  # integers: no overflow
     check_memory(parts, received, size_key if fits_smaller else None)
 
 
+def format_count(count):
+    """`1,234,567`; past 10**15, the power of ten (a message is no place for 400 digits)."""
+    if count >= 10**15:
+        return f"over 10**{int(count.bit_length() * math.log10(2))}"
+    return f"{count:,}"
+
+
 def format_bytes(count):
-    """`23.4 GB`: decimal units, up to TB."""
+    """`23.4 GB`: decimal units, up to TB (past a million TB, the power of ten)."""
+    if count >= 10**18:  # integer arithmetic: a count beyond any float does not overflow
+        return f"over 10**{int(count.bit_length() * math.log10(2))} bytes"
     if count < 1000:
         return f"{count} bytes"
     for unit in ("KB", "MB", "GB"):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import yaml
 
 from stagegan.config.resources import builtin_names, find_yaml
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, shown
 
 MODES = ("sequential", "simultaneous")
 # `type:` of an optimizer spec -> its Keras class in `keras.optimizers`.
@@ -1588,11 +1588,18 @@ def check_seed(value, key):
     return value
 
 
+# The largest integer a config takes: steps, counts and intervals meet TensorFlow's int64
+# step counter, and none means anything beyond it.
+MAX_INTEGER = 2**62
+
+
 def _integer(value, key, minimum=None):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(key, f"must be an integer. Received: {value!r}")
     if minimum is not None and value < minimum:
-        raise ConfigError(key, f"must be at least {minimum}. Received: {value}")
+        raise ConfigError(key, f"must be at least {minimum}. Received: {shown(value)}")
+    if value > MAX_INTEGER:
+        raise ConfigError(key, f"must be at most 2**62. Received: {shown(value)}")
     return value
 
 

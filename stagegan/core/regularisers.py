@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from stagegan.config.schema import AUGMENT_OPS, format_key_path
 from stagegan.core.augment import apply_ops, widths
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, shown
 
 LECAM_DEFAULTS = {"lecam_decay": 0.99, "lecam_start": 0}
 BCR_DEFAULTS = {"bcr_ops": {"xflip": 0.5, "translation": 1.0}}
@@ -150,7 +150,7 @@ def check_options(loss):
         decay = loss["lecam_decay"]
         # Compared first: an int beyond any float compares, but math.isfinite overflows on it.
         if not (0.0 <= decay < 1.0 and math.isfinite(decay)):
-            raise ConfigError("loss.lecam_decay", f"must be in [0, 1). Received: {_shown(decay)}")
+            raise ConfigError("loss.lecam_decay", f"must be in [0, 1). Received: {shown(decay)}")
     if "lecam_start" in loss and loss["lecam_start"] < 0:
         raise ConfigError("loss.lecam_start", f"must be 0 or more. Received: {loss['lecam_start']}")
     if "bcr_ops" in loss:
@@ -163,15 +163,7 @@ def check_options(loss):
                 raise ConfigError(key, f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
             number = isinstance(p, (int, float)) and not isinstance(p, bool)
             if not (number and 0.0 <= p <= 1.0 and math.isfinite(p)):
-                raise ConfigError(key, f"must be a probability in [0, 1]. Received: {_shown(p)}")
-
-
-def _shown(value):
-    """`repr(value)`, but an int beyond any float as words (Python refuses to print one of
-    more than 4,300 digits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1e308:
-        return "an integer beyond 1e308"
-    return repr(value)
+                raise ConfigError(key, f"must be a probability in [0, 1]. Received: {shown(p)}")
 
 
 def build(task, updates, device=None):

@@ -32,7 +32,7 @@ import yaml
 
 from stagegan.config.memory import check_image_memory
 from stagegan.config.schema import ConfigDumper
-from stagegan.errors import ConfigError, Interrupted, WriteError
+from stagegan.errors import ConfigError, Interrupted, WriteError, shown
 from stagegan.runfolder.dirs import check_new_folder
 from stagegan.runfolder.logs import BAR_INTERVAL, format_duration
 
@@ -84,7 +84,7 @@ def check_arguments(folder, output, size, channels=3, shard_size=SHARD_SIZE):
     decoded = (
         "--size",
         chunk * size * size * channels,
-        f"{chunk} images of {size} px decoded at a time",
+        f"{chunk} images of {shown(size)} px decoded at a time",
     )
     check_image_memory([decoded], size, "--size", {"--size": size})
     if shard_size < 1:

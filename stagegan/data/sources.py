@@ -30,7 +30,7 @@ import stat
 import numpy as np
 import tensorflow as tf
 
-from stagegan.config.memory import check_image_memory
+from stagegan.config.memory import check_image_memory, format_count
 from stagegan.core.staging import pixels_to_float
 from stagegan.data import clusters
 from stagegan.errors import ConfigError
@@ -921,9 +921,13 @@ def check_memory(options, batch_size, held=0, held_key="data.count"):
     image = size * size * channels
     start = ("data.size", *source_of(options).start_up(held))
     parts = [
-        (held_key, held * image, f"{held:,} images of {size} px held"),
+        (held_key, held * image, f"{format_count(held)} images of {format_count(size)} px held"),
         start,
-        ("batch_size", 5 * batch_size * image, f"a batch of {batch_size:,} as uint8 and float32"),
+        (
+            "batch_size",
+            5 * batch_size * image,
+            f"a batch of {format_count(batch_size)} as uint8 and float32",
+        ),
     ]
     received = {
         "data.size": size,
@@ -1107,7 +1111,7 @@ class ShapesSource(Source):
     def start_up(self, held):
         size = self.options["size"]
         drawn = min(held, shapes_chunk(size))
-        return drawn * size * size * DRAW_BYTES, f"{drawn:,} drawn at a time"
+        return drawn * size * size * DRAW_BYTES, f"{format_count(drawn)} drawn at a time"
 
     def load(self, seed, held_out=False):
         o = self.options

@@ -101,6 +101,12 @@ class Evaluation:
         images), so a problem shows before training starts or a run folder exists."""
         if self._count is not None:  # asked for: a default count is the task's own
             self.task.check_memory(self.trainer.config.batch_size, [(self.count_key, self.count)])
+        if self.features_named and not self.uses_features:
+            raise ConfigError(
+                self.features_key,
+                f"task {self.task.name!r} computes no metric in image features (it takes none). "
+                f"Received: {self.features_spec!r}",
+            )
         if self.uses_features:
             self._load_extractor()
             if "images" in self.task.capabilities:  # a first call, on two blank images

@@ -28,6 +28,7 @@ overrides `sample_inputs`, `sample_outputs`, `picture`, `export` or `evaluate` t
 """
 
 import copy
+import math
 from functools import partial
 
 import keras
@@ -264,7 +265,7 @@ class Task:
                 keys it grows with, the one furthest above its default (a model option,
                 `data.size`, `batch_size`, a count's key).
         """
-        from stagegan.config.memory import check_memory
+        from stagegan.config.memory import check_memory, format_count
 
         parameters, activations = self.network_sizes()
         values = {"batch_size": (batch_size, BATCH_SIZE)}
@@ -277,14 +278,14 @@ class Task:
         total = sum(count for _, count in parameters)
         # (the keys a part grows with, its bytes, what it is)
         parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
-        words = f"the activations of a batch of {batch_size:,}"
+        words = f"the activations of a batch of {format_count(batch_size)}"
         parts += [
             (("batch_size", *keys), batch_size * count * ACTIVATION_BYTES, words)
             for keys, count in activations
         ]
         per_sample = self.sample_floats() if counts else 0
         for key, count in counts if per_sample is not None else ():
-            words = f"{count:,} samples held at once ({key})"
+            words = f"{format_count(count)} samples held at once ({key})"
             parts.append(((key, *self.sample_keys), count * per_sample * SAMPLE_BYTES, words))
 
         if not parts:  # a task that says nothing of its sizes, before its networks exist
@@ -294,10 +295,13 @@ class Task:
             value, default = values[key]
             if isinstance(value, list):  # a list of layers: its length
                 value, default = len(value), len(default)
-            return value / default if isinstance(default, int) and default > 0 else 1.0
+            if not (isinstance(default, int) and default > 0):
+                return 1.0
+            return value / default if value < 1e300 else math.inf  # an int beyond any float
 
         blamed = max(max(parts, key=lambda part: part[1])[0], key=growth)
-        listed = {f"{total:,} parameters with their gradients, optimizer slots and EMA": 0}
+        words = "parameters with their gradients, optimizer slots and EMA"
+        listed = {f"{format_count(total)} {words}": 0}
         for _, nbytes, words in parts:  # one entry a kind of part
             words = words or next(iter(listed))
             listed[words] = listed.get(words, 0) + nbytes
