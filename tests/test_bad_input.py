@@ -82,6 +82,14 @@ def place(tmp_path_factory):
     fifo_index = shutil.copytree(run, root / "fifo_index")
     (fifo_index / "checkpoints" / "index.json").unlink()
     os.mkfifo(fifo_index / "checkpoints" / "index.json")
+    fifo_metrics = shutil.copytree(run, root / "fifo_metrics")  # unfinished: its latest is 3
+    (fifo_metrics / "checkpoints" / "index.json").write_text(
+        json.dumps({"checkpoints": listed[:-1]})
+    )
+    (fifo_metrics / "metrics.jsonl").unlink()
+    os.mkfifo(fifo_metrics / "metrics.jsonl")  # a resume rewrites it: would block
+    fifo_eval = shutil.copytree(run, root / "fifo_eval")
+    os.mkfifo(fifo_eval / "eval.jsonl")  # eval appends to it: would block
     fifo_inputs = shutil.copytree(broken_inputs, root / "fifo_inputs")
     (fifo_inputs / "samples" / "inputs.npz").unlink()
     os.mkfifo(fifo_inputs / "samples" / "inputs.npz")
@@ -767,7 +775,7 @@ CASES = {
     # Run records: regular files only, checked whole before anything is written.
     "a run's clusters record that is a fifo": (
         ["sample", "--run", "{root}/fifo_clusters", "--num", "2", "--output", "{root}/s.npy"],
-        ["--run: cannot read the run's clusters", "clusters.json is not a regular file"],
+        ["--run: run record", "clusters.json is not a regular file"],
     ),
     "a clusters record with a huge cluster number": (
         ["eval", "--run", "{root}/huge_clusters"],
@@ -775,7 +783,15 @@ CASES = {
     ),
     "a checkpoint index that is a fifo": (
         ["eval", "--run", "{root}/fifo_index"],
-        ["--run: the checkpoint index is unreadable", "index.json is not a regular file"],
+        ["--run: run record", "index.json is not a regular file"],
+    ),
+    "resume with a metrics log that is a fifo": (
+        ["train", "--resume", "{root}/fifo_metrics"],
+        ["--resume: run record", "metrics.jsonl is not a regular file"],
+    ),
+    "eval with an eval log that is a fifo": (
+        ["eval", "--run", "{root}/fifo_eval"],
+        ["--run: run record", "eval.jsonl is not a regular file"],
     ),
     "resume with sample inputs that are a fifo": (
         ["train", "--resume", "{root}/fifo_inputs"],

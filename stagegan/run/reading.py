@@ -24,7 +24,7 @@ from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.runfolder import pictures
 from stagegan.runfolder.dirs import RunFolder
 
-EVAL_LOG = "eval.jsonl"
+EVAL_LOG = RunFolder.EVAL_LOG
 
 
 def run_config(run_dir, key="--run"):
@@ -33,8 +33,9 @@ def run_config(run_dir, key="--run"):
     if not run_dir.is_dir():
         raise ConfigError(key, f"no such run folder: {run_dir}")
     path = RunFolder(run_dir).config_file
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(key, f"{run_dir} is not a run folder (it has no config.yaml)")
+    RunFolder(run_dir).check_records(key)
     try:
         return parse_config(read_yaml(path, key))
     except ConfigError as e:

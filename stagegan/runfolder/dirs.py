@@ -176,6 +176,37 @@ class RunFolder:
         """Write the file `name` of the folder atomically (`atomic_write`)."""
         atomic_write(self.path / name, data, durable)
 
+    EVAL_LOG = "eval.jsonl"
+    # The files a door reads or appends to: each must be a regular file where it exists (a
+    # fifo would block the reader, or the writer that appends, for ever).
+    RECORDS = (
+        CONFIG,
+        f"{CHECKPOINTS}/index.json",
+        METRICS,
+        GUARD,
+        RESUME_LOG,
+        CLUSTERS,
+        EVAL_LOG,
+        f"{SAMPLES}/inputs.npz",
+        f"{SAMPLES}/manifest.jsonl",
+    )
+
+    def check_records(self, key):
+        """Refuse a run folder whose records are not regular files (a fifo, a device, a
+        folder in a file's place), before anything reads or writes them.
+
+        Raises:
+            ConfigError: on `key`, naming the file.
+        """
+        import os
+
+        from stagegan.config.files import check_regular
+
+        for name in self.RECORDS:
+            path = self.path / name
+            if os.path.lexists(path):
+                check_regular(path, key, "run record")
+
     @property
     def config_file(self):
         return self.path / self.CONFIG
