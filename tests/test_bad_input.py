@@ -764,6 +764,16 @@ CASES = {
         [*TRAIN, "--config", "mog_ring", "--set", "model.hidden=1" + "0" * 400],
         ["model.hidden: would need about over 10**", "Received: an integer beyond 1e308"],
     ),
+    "an evaluation batch beyond memory": (
+        [
+            *TRAIN,
+            "--config",
+            "wgan_gp_shapes",
+            "--set",
+            "eval={batch_size: 100000000000, count: 1000000}",
+        ],
+        ["eval.batch_size: would need about", "the activations of a batch of 1,000,000"],
+    ),
     "sample --num beyond memory": (
         ["sample", "--run", "{root}/run", "--num", "100000000000000", "--output", "{root}/s.npy"],
         ["--num: would need about", "Received: 100000000000000"],

@@ -60,6 +60,7 @@ class Evaluation:
         features=None,
         features_key="--features",
         count_key="--count",
+        batch_key="--batch-size",
         ema=True,
         batch_size=None,
     ):
@@ -67,7 +68,7 @@ class Evaluation:
         self.task = trainer.task
         self.run_dir = run_dir
         self._count = count
-        self.count_key = count_key
+        self.count_key, self.batch_key = count_key, batch_key
         self.seed = seed
         self.features_named = features is not None
         data = self.task.data
@@ -99,8 +100,11 @@ class Evaluation:
     def check(self):
         """Load what the evaluation will need up front (feature extractors, enough real
         images), so a problem shows before training starts or a run folder exists."""
-        if self._count is not None:  # asked for: a default count is the task's own
-            self.task.check_memory(self.trainer.config.batch_size, [(self.count_key, self.count)])
+        if self._count is not None or self.batch_size != chunk_size(self.trainer.config):
+            # asked for (the defaults were checked with the run's config)
+            counts = [(self.count_key, self.count)]
+            batch_size = self.trainer.config.batch_size
+            self.task.check_memory(batch_size, counts, self.batch_size, self.batch_key)
         if self.features_named and not self.uses_features:
             raise ConfigError(
                 self.features_key,

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from stagegan.config.files import read_text
-from stagegan.config.schema import apply_overrides, parse_config, read_yaml
+from stagegan.config.schema import apply_overrides, chunk_size, parse_config, read_yaml
 from stagegan.core.until import stage_ends
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.runfolder import pictures
@@ -321,7 +321,9 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
     from stagegan.evaluation.evaluate import Evaluation
 
     task = trainer.task
-    task.check_memory(trainer.config.batch_size, [("--num", num)])
+    chunk = batch_size or chunk_size(trainer.config)
+    key = "--batch-size" if batch_size else "eval.batch_size"
+    task.check_memory(trainer.config.batch_size, [("--num", num)], chunk, key)
     if input_dir is not None:
         if "inputs" not in task.capabilities:
             raise ConfigError("--input", f"task {task.name!r} takes no input images")

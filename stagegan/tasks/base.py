@@ -248,13 +248,16 @@ class Task:
             return None
         return sum(int(np.size(array)) for array in arrays)
 
-    def check_memory(self, batch_size, counts=()):
+    def check_memory(self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size"):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
         would not fit (`stagegan.config.memory.check_memory`), before any is allocated.
 
         Args:
             batch_size: the global batch.
             counts: `(key, count)` of the sample and evaluation counts to check.
+            chunk: samples per forward pass when sampling or evaluating (`eval.batch_size`,
+                `--batch-size`), if they may be more than `batch_size`: the activations are
+                those of the larger batch (up to the largest count), named `chunk_key`.
 
         Returns:
             Whether the counts were checked (False when a sample's size is not known yet:
@@ -268,11 +271,15 @@ class Task:
         from stagegan.config.memory import check_memory, format_count
 
         parameters, activations = self.network_sizes()
-        values = {"batch_size": (batch_size, BATCH_SIZE)}
+        counts, batch_key = list(counts), "batch_size"
+        if chunk is not None and counts:
+            chunk = min(chunk, max(count for _, count in counts))
+            if chunk > batch_size:
+                batch_size, batch_key = chunk, chunk_key
+        values = {batch_key: (batch_size, BATCH_SIZE)}
         for section in ("data", "model"):
             for name, default in self.defaults.get(section, {}).items():
                 values[f"{section}.{name}"] = (self.options[section][name], default)
-        counts = list(counts)
         for key, count in counts:
             values[key] = (count, self.eval_count if "eval" in key else self.sample_count)
         total = sum(count for _, count in parameters)
@@ -280,7 +287,7 @@ class Task:
         parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
         words = f"the activations of a batch of {format_count(batch_size)}"
         parts += [
-            (("batch_size", *keys), batch_size * count * ACTIVATION_BYTES, words)
+            ((batch_key, *keys), batch_size * count * ACTIVATION_BYTES, words)
             for keys, count in activations
         ]
         per_sample = self.sample_floats() if counts else 0

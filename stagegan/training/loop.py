@@ -696,6 +696,7 @@ def check_evaluation(trainer):
             features=config.eval.features if config.eval else None,
             features_key=f"{where}.features",
             count_key=f"{where}.count",
+            batch_key=f"{where}.batch_size",
         )
         evaluation.check()
         trainer.evaluation = evaluation

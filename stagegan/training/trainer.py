@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from stagegan.config.schema import chunk_size
 from stagegan.core.ema import Ema
 from stagegan.core.guard import Guard, GuardedApply
 from stagegan.core.layers import power_iteration_hook
@@ -285,7 +286,9 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.batch_size = config.batch_size
         task.check_shard(config.batch_size, placement.replicas)
-        counted = task.check_memory(config.batch_size, held_counts(config, task))
+        counted = task.check_memory(
+            config.batch_size, held_counts(config, task), chunk_size(config)
+        )
         # Outside the strategy's scope: the state of loss terms is plain variables here.
         task.prepare(
             tuple(u for stage in config.stages for u in stage.updates), placement.variables
@@ -297,7 +300,7 @@ def build_model(config, placement):
         with placement.scope(), dtype_policy(precision):
             networks = task.build()
         if not counted:  # a sample's size is known now (a user's task)
-            task.check_memory(config.batch_size, held_counts(config, task))
+            task.check_memory(config.batch_size, held_counts(config, task), chunk_size(config))
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     variables = tuple(check_partition(networks))
     return Model(task, rngs, networks, variables, precision, global_step)
