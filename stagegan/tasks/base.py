@@ -281,7 +281,8 @@ class Task:
             for name, default in self.defaults.get(section, {}).items():
                 values[f"{section}.{name}"] = (self.options[section][name], default)
         for key, count in counts:
-            values[key] = (count, self.eval_count if "eval" in key else self.sample_count)
+            default = self.sample_count if key in ("samples.count", "--num") else self.eval_count
+            values[key] = (count, default)
         total = sum(count for _, count in parameters)
         # (the keys a part grows with, its bytes, what it is)
         parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
@@ -307,12 +308,11 @@ class Task:
             return value / default if value < 1e300 else math.inf  # an int beyond any float
 
         blamed = max(max(parts, key=lambda part: part[1])[0], key=growth)
-        words = "parameters with their gradients, optimizer slots and EMA"
-        listed = {f"{format_count(total)} {words}": 0}
-        for _, nbytes, words in parts:  # one entry a kind of part
-            words = words or next(iter(listed))
-            listed[words] = listed.get(words, 0) + nbytes
-        listed = [(blamed, nbytes, words) for words, nbytes in listed.items()]
+        words = f"{format_count(total)} parameters with their gradients, optimizer slots and EMA"
+        kinds = {words: total * PARAMETER_BYTES}  # the message lists one entry a kind of part
+        for _, nbytes, words in parts[len(parameters) :]:
+            kinds[words] = kinds.get(words, 0) + nbytes
+        listed = [(blamed, nbytes, words) for words, nbytes in kinds.items()]
         check_memory(listed, {blamed: values[blamed][0]}, blamed)
         return per_sample is not None
 
