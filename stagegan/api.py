@@ -43,7 +43,7 @@ from stagegan.config.schema import (
     read_yaml,
 )
 from stagegan.errors import ConfigError, StageganError, out_of_memory
-from stagegan.run.reading import checkpoint_entries, run_config
+from stagegan.run.reading import check_walk, checkpoint_entries, run_config
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import read_metrics
 
@@ -67,6 +67,8 @@ API_KEYS = {
     "--init-only": "init_only",
     "--config": "config",
     "--set": "overrides",
+    "--truncation": "truncation",
+    "--interpolate": "interpolate",
 }
 
 
@@ -228,10 +230,22 @@ class Run:
         return [e["step"] for e in checkpoint_entries(self.path, "run")[1]]
 
     @_api_errors
-    def sample(self, n=16, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
+    def sample(
+        self,
+        n=16,
+        seed=0,
+        checkpoint=None,
+        ema=True,
+        batch_size=None,
+        class_name=None,
+        truncation=None,
+        interpolate=None,
+    ):
         """`n` samples from inputs drawn with `seed`: what `stagegan sample --output X.npy`
         writes (images in [0, 1] as [n, H, W, C], or points), `batch_size` at a time; a
-        class-conditional run's all of class `class_name` (a name or an index) if given."""
+        class-conditional run's all of class `class_name` (a name or an index) if given;
+        latents redrawn within [-`truncation`, `truncation`]; with `interpolate` K, a walk
+        through K latents (`sample --truncation T --interpolate K`)."""
         from stagegan.run import runner
 
         _at_least(n, 1, "n")
@@ -241,7 +255,10 @@ class Run:
         _at_least(batch_size, 1, "batch_size")
         what = "a class name, a class index or None"
         _check_type(class_name, (str, int, type(None)), "class_name", what)
-        return runner.sample(self.path, n, seed, checkpoint, ema, batch_size, class_name)
+        check_walk(n, truncation, interpolate)
+        return runner.sample(
+            self.path, n, seed, checkpoint, ema, batch_size, class_name, truncation, interpolate
+        )
 
     @_api_errors
     def evaluate(

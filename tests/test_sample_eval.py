@@ -120,6 +120,49 @@ def test_sample_same_seed_same_bytes(mog, tmp_path):
     assert png_size(tmp_path / "a.png") == (400, 400)
 
 
+def test_truncation_and_walks_feed_the_generator_the_latents_by_hand(mog, tmp_path):
+    """`sample --truncation T` and `--interpolate K`: the samples are the generator's outputs
+    for the latents `stagegan.core.latents` gives (computed here from the plain draws)."""
+    from stagegan.core import latents
+    from stagegan.run.reading import restore_run, sample_arrays
+
+    trainer, _ = restore_run(mog)
+    assert trainer.ema is None  # the samples are the live generator's
+    generator = trainer.networks["generator"]
+    plain, _, _, _ = sample_arrays(trainer, 40, 4)
+    inputs, outputs, _, _ = sample_arrays(trainer, 40, 4, truncation=0.5)
+    z = latents.truncate(plain["z"], 0.5, 4)
+    np.testing.assert_array_equal(inputs["z"], z)
+    assert np.abs(inputs["z"]).max() <= 0.5
+    np.testing.assert_allclose(outputs["samples"], generator(z).numpy(), rtol=1e-5, atol=1e-6)
+    # Truncated samples are more alike: their spread is smaller.
+    _, untruncated, _, _ = sample_arrays(trainer, 40, 4)
+    assert outputs["samples"].std(axis=0).sum() < untruncated["samples"].std(axis=0).sum()
+    # A walk through 3 latents in 9 samples: samples 0, 4 and 8 are the keyframes' own.
+    inputs, outputs, info, _ = sample_arrays(trainer, 9, 4, interpolate=3)
+    keyframes = sample_arrays(trainer, 3, 4)[0]["z"]
+    np.testing.assert_allclose(inputs["z"], latents.walk(keyframes, 9))
+    np.testing.assert_allclose(inputs["z"][[0, 4, 8]], keyframes, atol=1e-6)
+    assert info == {"keyframes": 3}
+    # Through the command line: the same numbers in the .npy, in a fresh file.
+    result = sample(mog, tmp_path / "w.npy", 9, 4, "--interpolate", "3", run=inprocess)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "w.npy"), outputs["samples"], rtol=1e-6)
+    for args, words in (
+        (["--truncation", "0"], "--truncation: must be a positive number. Received: 0.0"),
+        (["--truncation", "nan"], "--truncation: must be a positive number. Received: nan"),
+        (["--interpolate", "1"], "--interpolate: must be at least 2 latents. Received: 1"),
+        (["--interpolate", "51"], "--interpolate: walks through 51 latents in --num 50"),
+    ):
+        assert_user_error(sample(mog, tmp_path / "bad.npy", 50, 4, *args, run=inprocess), words)
+    result = sample(mog, tmp_path / "points.gif", 9, 4, "--interpolate", "3", run=inprocess)
+    assert_user_error(result, "--output: a .gif shows images; task 'mog2d' draws none")
+    assert_user_error(
+        sample(mog, tmp_path / "x.gif", 9, 4, run=inprocess), "--output: .gif (an animation)"
+    )
+    assert not list(tmp_path.glob("bad*")) and not list(tmp_path.glob("*.gif"))
+
+
 def test_eval_matches_coverage_computed_by_hand_from_the_samples(mog, tmp_path):
     sample(mog, tmp_path / "p.npy", 300, 9, run=inprocess)
     result = inprocess("eval", "--run", str(mog), "--count", "300", "--seed", "9", "--json")
@@ -340,6 +383,24 @@ def test_a_custom_extractor_that_fails_is_one_line_and_writes_nothing(wgan):
         load_run(wgan).evaluate(count=20, features="custom_networks:one_row_short")
     assert caught.value.key == "features"
     assert (log.read_bytes() if log.exists() else None) == before
+
+
+def test_a_walk_as_an_animation_and_latents_a_task_lacks(wgan, completion, tmp_path):
+    from PIL import Image
+
+    result = inprocess(
+        "sample", "--run", wgan, "--num", "6", "--interpolate", "2", "--truncation", "1.5",
+        "--output", tmp_path / "walk.gif",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with Image.open(tmp_path / "walk.gif") as gif:
+        assert gif.n_frames == 6 and gif.size == (64, 64)  # 32 px enlarged to 64
+    result = inprocess(
+        "sample", "--run", completion, "--num", "4", "--truncation", "1",
+        "--output", tmp_path / "c.png",
+    )  # fmt: skip
+    assert_user_error(result, "--truncation: task 'completion' has no latents")
+    assert not (tmp_path / "c.png").exists()
 
 
 def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, monkeypatch):

@@ -141,7 +141,24 @@ def build_parser():
     run_arguments(sample)
     sample.add_argument("--num", type=int, required=True, help="how many samples")
     sample.add_argument(
-        "--output", required=True, help="FILE.npy (the raw array) or FILE.png (a picture)"
+        "--output",
+        required=True,
+        help="FILE.npy (the raw array), FILE.png (a picture) or, with --interpolate, FILE.gif "
+        "(an animation)",
+    )
+    sample.add_argument(
+        "--truncation",
+        metavar="T",
+        type=float,
+        help="the truncation trick: latent entries beyond [-T, T] redrawn (BigGAN); smaller T, "
+        "more typical and alike samples",
+    )
+    sample.add_argument(
+        "--interpolate",
+        metavar="K",
+        type=int,
+        help="a latent walk: the --num samples go along great circles through K latents drawn "
+        "with --seed, in one class",
     )
     sample.add_argument("--seed", type=int, default=0, help="fixes the inputs (default: 0)")
     sample.add_argument(
@@ -381,13 +398,20 @@ def cmd_plan(args):
 
 
 def cmd_sample(args):
-    from stagegan.run.reading import check_output, check_run, restore_run, write_samples
+    from stagegan.run.reading import (
+        check_output,
+        check_run,
+        check_walk,
+        restore_run,
+        write_samples,
+    )
 
     if args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
     check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
     check_output(args.output)
+    check_walk(args.num, args.truncation, args.interpolate, args.output)
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
 
@@ -403,6 +427,8 @@ def cmd_sample(args):
             input_dir=args.input,
             batch_size=args.batch_size,
             class_name=args.class_name,
+            truncation=args.truncation,
+            interpolate=args.interpolate,
         )
     )
     return 0

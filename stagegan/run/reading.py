@@ -19,6 +19,7 @@ import numpy as np
 
 from stagegan.config.files import read_text
 from stagegan.config.schema import apply_overrides, chunk_size, parse_config, read_yaml
+from stagegan.core import latents
 from stagegan.core.until import stage_ends
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.runfolder import pictures
@@ -259,10 +260,20 @@ def user_images(task, folder, num):
 
 
 def write_samples(
-    trainer, output, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None
+    trainer,
+    output,
+    num,
+    seed=0,
+    ema=True,
+    input_dir=None,
+    batch_size=None,
+    class_name=None,
+    truncation=None,
+    interpolate=None,
 ):
     """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
-    points) or `.png` (the task's picture). Returns a one-line description.
+    points), `.png` (the task's picture) or, for a walk (`interpolate`), `.gif` (the images
+    as an animation). Returns a one-line description. See `sample_arrays` for the rest.
 
     Raises:
         ConfigError: an existing or unsupported output file, `--input` for a task that
@@ -270,12 +281,17 @@ def write_samples(
     """
 
     output = check_output(output)
+    check_walk(num, truncation, interpolate, output)
     task = trainer.task
+    if output.suffix.lower() == ".gif" and "images" not in task.capabilities:
+        raise ConfigError("--output", f"a .gif shows images; task {task.name!r} draws none")
     inputs, outputs, info, used_ema = sample_arrays(
-        trainer, num, seed, ema, input_dir, batch_size, class_name
+        trainer, num, seed, ema, input_dir, batch_size, class_name, truncation, interpolate
     )
     try:
-        if output.suffix.lower() == ".npy":
+        if output.suffix.lower() == ".gif":
+            pictures.write_gif(outputs["samples"], output)
+        elif output.suffix.lower() == ".npy":
             tmp = output.with_name(output.name + ".tmp.npy")
             try:
                 np.save(tmp, np.asarray(task.export(outputs), np.float32))
@@ -298,8 +314,8 @@ def check_output(output):
     folder, or where no file can be made (tried: a file made and removed again). Returns it
     as a `Path`."""
     output = Path(output)
-    if output.suffix.lower() not in (".npy", ".png"):
-        raise ConfigError("--output", f"must end in .npy or .png. Received: {output}")
+    if output.suffix.lower() not in (".npy", ".png", ".gif"):
+        raise ConfigError("--output", f"must end in .npy, .png or .gif. Received: {output}")
     if os.path.lexists(output):
         raise ConfigError("--output", f"{output} already exists; not overwritten")
     if not output.parent.is_dir():
@@ -314,10 +330,23 @@ def check_output(output):
     return output
 
 
-def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=None, class_name=None):
+def sample_arrays(
+    trainer,
+    num,
+    seed=0,
+    ema=True,
+    input_dir=None,
+    batch_size=None,
+    class_name=None,
+    truncation=None,
+    interpolate=None,
+):
     """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
     (or made from the images in `input_dir`), `batch_size` at a time (None: the run's); a
-    class-conditional run's samples are all of class `class_name` (a name or index) if given."""
+    class-conditional run's samples are all of class `class_name` (a name or index) if given.
+    `truncation`: latents redrawn within [-T, T] (`stagegan.core.latents.truncate`);
+    `interpolate`: the `num` samples walk through K latents drawn with `seed` (`walk`), all
+    of one class (`class_name`, else the first keyframe's)."""
     from stagegan.evaluation.evaluate import Evaluation
 
     task = trainer.task
@@ -329,8 +358,13 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
             raise ConfigError("--input", f"task {task.name!r} takes no input images")
         images = user_images(task, input_dir, num)
         inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
+    elif interpolate is not None:
+        inputs, info = latent_walk(task, num, seed, interpolate, truncation)
     else:
         inputs, info = task.sample_inputs(num, seed)
+        if truncation is not None:
+            check_latents(task, "--truncation")
+            inputs["z"] = latents.truncate(inputs["z"], truncation, seed)
     if class_name is not None:
         if "classes" not in task.capabilities:
             raise ConfigError("--class", f"task {task.name!r} has no classes")
@@ -338,6 +372,43 @@ def sample_arrays(trainer, num, seed=0, ema=True, input_dir=None, batch_size=Non
         info = {k: v for k, v in info.items() if k != "columns"}  # a plain grid of one class
     evaluation = Evaluation(trainer, None, ema=ema, batch_size=batch_size)
     return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
+
+
+def check_latents(task, key):
+    if "latents" not in task.capabilities:
+        raise ConfigError(key, f"task {task.name!r} has no latents to truncate or walk through")
+
+
+def latent_walk(task, num, seed, keyframes, truncation=None):
+    """`(inputs, info)` of `num` samples along the walk through `keyframes` latents drawn with
+    `seed` (truncated first, if asked); the other inputs (a class) are the first keyframe's."""
+    check_latents(task, "--interpolate")
+    drawn, _ = task.sample_inputs(keyframes, seed)
+    z = drawn["z"] if truncation is None else latents.truncate(drawn["z"], truncation, seed)
+    inputs = {name: np.repeat(value[:1], num, axis=0) for name, value in drawn.items()}
+    inputs["z"] = latents.walk(z, num)
+    return inputs, {"keyframes": keyframes}
+
+
+def check_walk(num, truncation, interpolate, output=None):
+    """The latent options of `sample`, checked before anything is loaded."""
+    if truncation is not None and not (
+        isinstance(truncation, (int, float))
+        and not isinstance(truncation, bool)
+        and 0 < truncation < float("inf")
+    ):
+        raise ConfigError("--truncation", f"must be a positive number. Received: {truncation!r}")
+    if interpolate is not None and not (
+        isinstance(interpolate, int) and not isinstance(interpolate, bool) and 2 <= interpolate
+    ):
+        raise ConfigError("--interpolate", f"must be at least 2 latents. Received: {interpolate!r}")
+    if interpolate is not None and interpolate > num:
+        raise ConfigError(
+            "--interpolate",
+            f"walks through {interpolate} latents in --num {num} samples: at most one a sample",
+        )
+    if output is not None and Path(output).suffix.lower() == ".gif" and interpolate is None:
+        raise ConfigError("--output", ".gif (an animation) is for --interpolate walks")
 
 
 def evaluate_run(

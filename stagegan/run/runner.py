@@ -137,13 +137,30 @@ def describe(config, run_dir=None):
     return describe_plan(trainer)
 
 
-def sample(run_dir, num, seed=0, checkpoint=None, ema=True, batch_size=None, class_name=None):
+def sample(
+    run_dir,
+    num,
+    seed=0,
+    checkpoint=None,
+    ema=True,
+    batch_size=None,
+    class_name=None,
+    truncation=None,
+    interpolate=None,
+):
     """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them (all of
-    class `class_name` if given)."""
+    class `class_name` if given; truncated or a walk, see `reading.sample_arrays`)."""
     trainer, _ = restore_run(run_dir, checkpoint)
     task = trainer.task
     _, outputs, _, _ = sample_arrays(
-        trainer, num, seed, ema, batch_size=batch_size, class_name=class_name
+        trainer,
+        num,
+        seed,
+        ema,
+        batch_size=batch_size,
+        class_name=class_name,
+        truncation=truncation,
+        interpolate=interpolate,
     )
     return np.asarray(task.export(outputs), np.float32)
 

@@ -144,3 +144,31 @@ def write_png(picture, path):
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(path)) from None
     return path
+
+
+FRAME_MS = 80  # an animation's frame time: 12.5 frames a second
+
+
+def write_gif(images, path, frame_ms=FRAME_MS):
+    """Write images [N, H, W, C] in [-1, 1] as an animated GIF, one frame an image, looping,
+    enlarged as the grids are (`enlarge`), atomically. Pillow (a dependency of matplotlib)
+    encodes it."""
+    from PIL import Image
+
+    frames = [Image.fromarray(frame) for frame in enlarge(to_uint8(images))]
+
+    def save(tmp):
+        frames[0].save(
+            tmp,
+            format="GIF",
+            save_all=True,
+            append_images=frames[1:],
+            duration=frame_ms,
+            loop=0,
+        )
+
+    try:
+        atomic_write(path, save)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    return path

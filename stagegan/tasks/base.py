@@ -120,7 +120,9 @@ class Task:
     #   "images":  `reference_images`, `source`, `classes`: real images from `data.source`
     #              (evaluations in image features, `--features selfsup`);
     #   "inputs":  `inputs_for_images`: `sample --input DIR` completes the user's images;
-    #   "classes": `class_index`: samples of one asked class (`sample --class`).
+    #   "classes": `class_index`: samples of one asked class (`sample --class`);
+    #   "latents": `sample_inputs` gives the generator's latents as `z` [N, D] from N(0, 1),
+    #              which `sample --truncation` and `--interpolate` may replace.
     capabilities = frozenset()
     conditional = False  # whether the generator takes a class (`fake_y`) with its noise
     source = None  # the `stagegan.data.sources.ImageSource` of a task with "images", once built

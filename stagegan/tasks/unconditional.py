@@ -40,7 +40,7 @@ UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 class Unconditional(ImageTask):
     name = "unconditional"
     # `class_index` refuses, naming model.conditional, when the run is not conditional
-    capabilities = ImageTask.capabilities | {"classes"}
+    capabilities = ImageTask.capabilities | {"classes", "latents"}
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", *regularisers.TERMS)
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them
