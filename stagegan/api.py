@@ -69,6 +69,8 @@ API_KEYS = {
     "--set": "overrides",
     "--truncation": "truncation",
     "--interpolate": "interpolate",
+    "--output": "output",
+    "--format": "format",
 }
 
 
@@ -276,6 +278,25 @@ class Run:
         _check_type(ema, bool, "ema", "True or False")
         _at_least(batch_size, 1, "batch_size")
         return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
+
+    @_api_errors
+    def export(self, output, format="savedmodel", checkpoint=None, ema=True):  # noqa: A002
+        """Write the generator to the new folder `output` for plain TensorFlow, Keras or
+        TFLite (`stagegan export`, see `stagegan.run.export`); returns the exported file."""
+        from stagegan.run.export import FORMATS, export_generator
+        from stagegan.run.reading import restore_run
+        from stagegan.runfolder.dirs import check_new_folder
+
+        _check_type(output, (str, os.PathLike), "output", "a folder path")
+        if format not in FORMATS:
+            raise ConfigError(
+                "format", f"must be one of {', '.join(FORMATS)}. Received: {format!r}"
+            )
+        _check_checkpoint(checkpoint)
+        _check_type(ema, bool, "ema", "True or False")
+        check_new_folder(output, "output", "export never overwrites (pick another folder)")
+        trainer, _ = restore_run(self.path, checkpoint)
+        return export_generator(trainer, output, format, ema, self.path)
 
     @_api_errors
     def plan(self):

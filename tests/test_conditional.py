@@ -6,6 +6,8 @@ draw, label packing, losses and SGD: labels must reach the generator (`fake_y`, 
 data's class frequencies) and the discriminator (`y` for real images), packed as the images are.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -269,3 +271,24 @@ def test_class_samples_of_an_unconditional_run_are_refused_naming_the_key():
     assert "classes" in task.capabilities  # declared: the refusal is the task's own
     with pytest.raises(ConfigError, match=r"^--class: the run's model is not class-conditional"):
         task.class_index("3")
+
+
+def test_export_of_a_conditional_generator_takes_the_class(folder_run, tmp_path):
+    """`export` of a class-conditional run: inputs `z` and `y` (int32), uint8 images equal to
+    the EMA (or live) generator's by hand."""
+    import tensorflow as tf
+
+    from stagegan.run.export import export_generator
+    from stagegan.run.reading import restore_run
+
+    trainer, _ = restore_run(folder_run)
+    path = export_generator(trainer, tmp_path / "out", "savedmodel")
+    served = tf.saved_model.load(str(path))
+    z = np.random.default_rng(1).standard_normal((6, trainer.task.model["latent_dim"]))
+    y = np.array([0, 1, 2, 2, 1, 0], np.int32)
+    images = served.serve([z.astype(np.float32), y]).numpy()  # the inputs as one list
+    swapped = trainer.ema.swapped() if trainer.ema is not None else contextlib.nullcontext()
+    with swapped:
+        x = trainer.networks["generator"]([z.astype(np.float32), y], training=False).numpy()
+    assert images.dtype == np.uint8
+    np.testing.assert_array_equal(images, np.clip(np.round((x + 1) * 127.5), 0, 255))

@@ -403,6 +403,73 @@ def test_a_walk_as_an_animation_and_latents_a_task_lacks(wgan, completion, tmp_p
     assert not (tmp_path / "c.png").exists()
 
 
+LOAD_EXPORTS = """
+import sys
+import numpy as np
+import keras, tensorflow as tf
+folder, z = sys.argv[1], np.load(sys.argv[2])
+out = {"keras": np.asarray(keras.saving.load_model(folder + "/keras/generator.keras")(z))}
+served = tf.saved_model.load(folder + "/savedmodel/saved_model")  # kept: it owns the weights
+out["savedmodel"] = served.serve(z).numpy()
+lite = tf.lite.Interpreter(model_path=folder + "/tflite/generator.tflite")
+(inp,), (res,) = lite.get_input_details(), lite.get_output_details()
+lite.resize_tensor_input(inp["index"], z.shape)
+lite.allocate_tensors()
+lite.set_tensor(inp["index"], z)
+lite.invoke()
+out["tflite"] = lite.get_tensor(res["index"])
+np.savez(folder + "/loaded.npz", **out)
+assert not any(name.startswith("stagegan") for name in sys.modules), "stagegan was imported"
+"""
+
+
+def test_export_loads_without_stagegan_and_gives_samples_pixels(wgan, tmp_path):
+    """`stagegan export` in each format, loaded in a fresh process that never imports
+    stagegan: the same uint8 images as `sample`'s (its [0, 1] images x 255, rounded)."""
+    import subprocess
+    import sys
+
+    for fmt in ("keras", "savedmodel", "tflite"):
+        result = inprocess(
+            "export", "--run", wgan, "--output", tmp_path / fmt, "--format", fmt
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        record = json.loads((tmp_path / fmt / "export.json").read_text())
+        assert record["inputs"] == {"z": {"shape": [None, 4], "dtype": "float32"}}  # latent_dim 4
+        assert record["output"] == {"shape": [None, 32, 32, 3], "dtype": "uint8"}
+    assert not list(tmp_path.glob("*.partial-*"))
+    result = sample(wgan, tmp_path / "s.npy", 5, 2, run=inprocess)
+    assert result.returncode == 0, result.stderr
+    from stagegan.run.reading import restore_run, sample_arrays
+
+    z = sample_arrays(restore_run(wgan)[0], 5, 2)[0]["z"]
+    np.save(tmp_path / "z.npy", z)
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_EXPORTS, str(tmp_path), str(tmp_path / "z.npy")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = np.round(np.load(tmp_path / "s.npy") * 255)
+    with np.load(tmp_path / "loaded.npz") as loaded:
+        for fmt in ("keras", "savedmodel", "tflite"):
+            images = loaded[fmt]
+            assert images.dtype == np.uint8 and images.shape == (5, 32, 32, 3), fmt
+            assert np.abs(images.astype(float) - expected).max() <= 1, fmt  # float rounding
+    # Refused: an existing folder, an unknown format, through the API by its own names.
+    assert_user_error(
+        inprocess("export", "--run", wgan, "--output", tmp_path / "keras"),
+        "--output: ", "already exists and is not empty",
+    )  # fmt: skip
+    assert_user_error(
+        inprocess("export", "--run", wgan, "--output", tmp_path / "o", "--format", "onnx"),
+        "--format: invalid choice: 'onnx'",
+    )  # fmt: skip
+    with pytest.raises(Error) as caught:
+        load_run(wgan).export(tmp_path / "o", format="onnx")
+    assert caught.value.key == "format" and not (tmp_path / "o").exists()
+
+
 def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, monkeypatch):
     # Offline Inception features: one line naming eval.features, with hints that work in a
     # config (not the eval command's --features), and no run folder, no used-up number.

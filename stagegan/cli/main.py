@@ -1,4 +1,4 @@
-"""The command line: `train`, `launch`, `plan`, `sample`, `eval` and `prepare`. Parses
+"""The command line: `train`, `launch`, `plan`, `sample`, `eval`, `export` and `prepare`. Parses
 arguments, calls library functions.
 
 Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
@@ -194,6 +194,28 @@ def build_parser():
         "else inception)",
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    export = commands.add_parser(
+        "export",
+        help="write a run's generator for plain TensorFlow, Keras or TFLite",
+        description="Write the run's generator (its EMA when it keeps one) into a new folder, "
+        "taking its own inputs (z, and y for a class) and giving uint8 images, loadable "
+        "without stagegan: keras (generator.keras), savedmodel (saved_model/) or tflite "
+        "(generator.tflite), with export.json describing it.",
+    )
+    export.add_argument("--run", required=True, help="the run folder")
+    export.add_argument(
+        "--checkpoint", help="its global step, best, or a path (default: the newest)"
+    )
+    export.add_argument("--no-ema", action="store_true", help="the live weights, not the EMA")
+    export.add_argument("--output", required=True, metavar="DIR", help="the folder to write")
+    export.add_argument(
+        "--format",
+        default="savedmodel",
+        choices=("keras", "savedmodel", "tflite"),
+        help="keras, savedmodel or tflite (default: savedmodel)",
+    )
+    export.set_defaults(func=cmd_export)
 
     prepare_parser = commands.add_parser(
         "prepare",
@@ -458,6 +480,23 @@ def cmd_eval(args):
         batch_size=args.batch_size,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def cmd_export(args):
+    from stagegan.run.reading import check_run
+    from stagegan.runfolder.dirs import check_new_folder
+
+    check_new_folder(args.output, "--output", "export never overwrites (pick another folder)")
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
+    import_tensorflow()
+    from stagegan.run.export import export_generator
+    from stagegan.run.reading import restore_run
+
+    quiet_logs()
+    trainer, _ = restore_run(args.run, args.checkpoint)
+    path = export_generator(trainer, args.output, args.format, not args.no_ema, args.run)
+    print(f"wrote {path} (step {trainer.step_count}, {args.format})")
     return 0
 
 
