@@ -1,5 +1,5 @@
-"""The command line: `train`, `launch`, `plan`, `sample`, `eval`, `export` and `prepare`. Parses
-arguments, calls library functions.
+"""The command line: `train`, `launch`, `plan`, `sample`, `eval`, `export`, `project` and
+`prepare`. Parses arguments, calls library functions.
 
 Bad input ends as one line on stderr, `stagegan: error: KEY: MESSAGE`, and exit status 2.
 """
@@ -216,6 +216,27 @@ def build_parser():
         help="keras, savedmodel or tflite (default: savedmodel)",
     )
     export.set_defaults(func=cmd_export)
+
+    project = commands.add_parser(
+        "project",
+        help="find the latents whose samples come closest to your images",
+        description="For each image of DIR (fitted to the run's size), gradient descent on "
+        "the generator's latent (and, for a class-conditional run, the best class) minimises "
+        "the pixel error plus the discriminator's feature distance. Writes a new folder with "
+        "latents.npz, projection.json and projection.png (each image beside its projection).",
+    )
+    project.add_argument("--run", required=True, help="the run folder")
+    project.add_argument("--checkpoint", help="its global step, best, or a path")
+    project.add_argument("--no-ema", action="store_true", help="the live weights, not the EMA")
+    project.add_argument("--input", required=True, metavar="DIR", help="your images")
+    project.add_argument("--output", required=True, metavar="DIR", help="the folder to write")
+    project.add_argument("--num", type=int, help="at most this many images (default: all)")
+    project.add_argument("--steps", type=int, default=300, help="Adam steps (default 300)")
+    project.add_argument(
+        "--restarts", type=int, default=4, help="random starts per image (default 4)"
+    )
+    project.add_argument("--seed", type=int, default=0, help="fixes the starts (default 0)")
+    project.set_defaults(func=cmd_project)
 
     prepare_parser = commands.add_parser(
         "prepare",
@@ -497,6 +518,45 @@ def cmd_export(args):
     trainer, _ = restore_run(args.run, args.checkpoint)
     path = export_generator(trainer, args.output, args.format, not args.no_ema, args.run)
     print(f"wrote {path} (step {trainer.step_count}, {args.format})")
+    return 0
+
+
+def cmd_project(args):
+    from stagegan.run.reading import check_run
+    from stagegan.runfolder.dirs import check_new_folder
+
+    for flag, value, least in (
+        ("--steps", args.steps, 1),
+        ("--restarts", args.restarts, 1),
+        ("--num", args.num, 1),
+    ):
+        if value is not None and value < least:
+            raise ConfigError(flag, f"must be at least {least}. Received: {value}")
+    if args.steps > 100_000:
+        raise ConfigError("--steps", f"must be at most 100000. Received: {args.steps}")
+    check_seed(args.seed, "--seed")
+    if not os.path.isdir(args.input):
+        raise ConfigError("--input", f"no such folder: {args.input}")
+    check_new_folder(args.output, "--output", "project never overwrites (pick another folder)")
+    check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
+    import_tensorflow()
+    from stagegan.run.project import write_projection
+    from stagegan.run.reading import restore_run
+
+    quiet_logs()
+    trainer, _ = restore_run(args.run, args.checkpoint)
+    print(
+        write_projection(
+            trainer,
+            args.input,
+            args.output,
+            args.steps,
+            args.restarts,
+            args.seed,
+            not args.no_ema,
+            args.num,
+        )  # fmt: skip
+    )
     return 0
 
 
