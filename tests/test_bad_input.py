@@ -647,7 +647,7 @@ CASES = {
     ),
     "sample to an unknown format": (
         ["sample", "--run", "{root}/run", "--num", "2", "--output", "{root}/x.txt"],
-        ["--output", ".npy or .png"],
+        ["--output", "must end in .npy, .png or .gif"],
     ),
     "sample no samples": (
         ["sample", "--run", "{root}/run", "--num", "0", "--output", "{root}/x.npy"],
