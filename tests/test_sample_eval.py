@@ -401,6 +401,14 @@ def test_a_walk_as_an_animation_and_latents_a_task_lacks(wgan, completion, tmp_p
     )  # fmt: skip
     assert_user_error(result, "--truncation: task 'completion' has no latents")
     assert not (tmp_path / "c.png").exists()
+    (tmp_path / "unreadable").mkdir()  # hardening round 4: a folder of broken images
+    (tmp_path / "unreadable" / "x.png").write_bytes(b"\x89PNG not really")
+    result = inprocess(
+        "sample", "--run", completion, "--num", "4", "--input", tmp_path / "unreadable",
+        "--output", tmp_path / "c.png",
+    )  # fmt: skip
+    assert_user_error(result, "--input: no readable image in", "unreadable (1 tried)")
+    assert not (tmp_path / "c.png").exists()
 
 
 LOAD_EXPORTS = """

@@ -375,7 +375,7 @@ def _is_regular(entry):
 def _not_regular(others):
     """Warn of each file in `others` (skipped at scan time), once per process."""
     for name in others:
-        _warn_unreadable(name, "not a regular file")
+        warn_unreadable(name, "not a regular file")
     return others
 
 
@@ -693,9 +693,10 @@ def _readable(files, options):
     )
 
 
-def decode_files(files, size, channels):
+def decode_files(files, size, channels, key="data.path"):
     """Decode and fit image files in parallel: `(uint8 [N, size, size, channels], ok)`, with
-    black images where `ok` is False (unreadable files; each is warned of)."""
+    black images where `ok` is False (unreadable files; each is warned of, naming `key`;
+    `key` None: not warned of, the caller says what it makes of them)."""
     images = np.zeros((len(files), size, size, channels), np.uint8)
     ok = np.zeros(len(files), bool)
     if len(files) == 0:
@@ -708,8 +709,8 @@ def decode_files(files, size, channels):
     for batch in decoded.ignore_errors().batch(256):  # a failed file leaves its position out
         positions = batch["position"].numpy()
         images[positions], ok[positions] = batch["x"].numpy(), True
-    for index in np.flatnonzero(~ok):
-        _warn_unreadable(str(files[index]))
+    for index in np.flatnonzero(~ok) if key is not None else ():
+        warn_unreadable(str(files[index]), key=key)
     return images, ok
 
 
@@ -745,11 +746,14 @@ def read_regular_file(path):
 SKIPPED = set()  # the unreadable files met by this process
 
 
-def _warn_unreadable(name, reason=None):
+def warn_unreadable(name, reason=None, key="data.path"):
+    """Warn of an image file that cannot be read, once per file and process (`key`: the
+    config key or flag that named its folder)."""
     if name not in SKIPPED:  # once per file and process, not once per epoch
         SKIPPED.add(name)
         log.warning(
-            "data.path: skipped unreadable image %s%s (%d skipped so far)",
+            "%s: skipped unreadable image %s%s (%d skipped so far)",
+            key,
             shown(name),
             f", {reason}" if reason else "",
             len(SKIPPED),
@@ -800,7 +804,7 @@ def folder_dataset(listing, options, seed, batch_size, cached=None):
         missing = sorted(set(range(int(expected), int(positions[-1]))) - set(positions.numpy()))
         for position in missing:
             order = permutation(tf.constant(position // count, tf.int64)).numpy()
-            _warn_unreadable(listing.files[order[position % count]])
+            warn_unreadable(listing.files[order[position % count]])
         return True
 
     def check(expected, batch):

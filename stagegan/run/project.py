@@ -144,7 +144,8 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
     import shutil
     from pathlib import Path
 
-    from stagegan.data.sources import decode_files, list_folder
+    from stagegan.data.sources import list_folder
+    from stagegan.run.reading import readable_images
     from stagegan.runfolder import pictures
 
     task = trainer.task
@@ -154,10 +155,8 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
         files = list_folder(options).files[:num]
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
-    decoded, ok = decode_files(files, options["size"], options["channels"])
-    if not ok.any():
-        raise ConfigError("--input", f"no readable image in {input_dir}")
-    images = decoded[ok].astype(np.float32) / 127.5 - 1.0
+    decoded, ok = readable_images(files, options, input_dir)
+    images = decoded.astype(np.float32) / 127.5 - 1.0
     task.check_memory(trainer.config.batch_size, [("--input", len(images) * restarts)])
     found = project_images(trainer, images, steps, restarts, seed, ema)
     output = Path(output)

@@ -248,15 +248,28 @@ def restore_run(run_dir, checkpoint=None):
 
 def user_images(task, folder, num):
     """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
-    from stagegan.data.sources import decode_files, list_folder
+    from stagegan.data.sources import list_folder
 
     options = {**task.data, "source": "folder", "path": folder, "labels": None}
     try:
         files = list_folder(options).files
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
-    images, ok = decode_files(files[:num], options["size"], options["channels"])
-    return images[ok].astype(np.float32) / 127.5 - 1.0
+    images, ok = readable_images(files[:num], options, folder)
+    return images.astype(np.float32) / 127.5 - 1.0
+
+
+def readable_images(files, options, folder, key="--input"):
+    """`(uint8 images, ok)` of the readable ones of `files` (fitted as `options` say), each
+    unreadable one warned of naming `key`; a ConfigError on `key` when none is readable."""
+    from stagegan.data.sources import decode_files, warn_unreadable
+
+    images, ok = decode_files(files, options["size"], options["channels"], key=None)
+    if not ok.any():
+        raise ConfigError(key, f"no readable image in {folder} ({len(files)} tried)")
+    for index in np.flatnonzero(~ok):
+        warn_unreadable(str(files[index]), key=key)
+    return images[ok], ok
 
 
 def write_samples(
