@@ -13,12 +13,17 @@ generator is projected once per class, and each image keeps the class that fits 
 The distance reported is the mean absolute pixel error in [0, 1] units (`l1`).
 """
 
+import contextlib
+import json
+import os
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, WriteError
 
 FEATURE_WEIGHT = 0.1
 LEARNING_RATE = 0.05
@@ -45,11 +50,9 @@ def project_images(trainer, images, steps=300, restarts=4, seed=0, ema=True):
     module docstring). Returns a `Projection`."""
     task = trainer.task
     check_projectable(task)
-    swapped = trainer.ema.swapped() if ema and trainer.ema is not None else None
-    if swapped is not None:
-        with swapped:
-            return _project(trainer, images, steps, restarts, seed)
-    return _project(trainer, images, steps, restarts, seed)
+    use_ema = ema and trainer.ema is not None
+    with trainer.ema.swapped() if use_ema else contextlib.nullcontext():
+        return _project(trainer, images, steps, restarts, seed)
 
 
 def _project(trainer, images, steps, restarts, seed):
@@ -139,11 +142,6 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
     Raises:
         ConfigError: a task without latent images, a folder without readable images.
     """
-    import json
-    import os
-    import shutil
-    from pathlib import Path
-
     from stagegan.data.sources import list_folder
     from stagegan.run.reading import readable_images
     from stagegan.runfolder import pictures
@@ -175,8 +173,6 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
         os.replace(partial, output)
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
-        from stagegan.errors import WriteError
-
         raise WriteError("--output", f"cannot write {output}: {e.strerror or e}") from None
     return (
         f"projected {len(images)} images into {output} (mean l1 {found.l1.mean():.4f} in [0, 1] "

@@ -15,7 +15,8 @@ import zipfile
 
 import numpy as np
 
-from stagegan.config.memory import format_bytes
+from stagegan.config.files import check_regular
+from stagegan.config.memory import format_bytes, memory_limit
 from stagegan.config.schema import chunk_size
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
@@ -66,9 +67,6 @@ def read_inputs(path):
     """`load_inputs`, with an unreadable file a ConfigError naming it (checked on resume
     before anything in the run folder changes): a regular file only, whose arrays fit in
     memory."""
-    from stagegan.config.files import check_regular
-    from stagegan.config.memory import memory_limit
-
     check_regular(path, str(path), "sample inputs file")
     try:
         limit, where = memory_limit()
