@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -79,12 +80,12 @@ def _descend(trainer, generator, images, label, steps, restarts, seed):
     count, latent = len(images), trainer.task.model["latent_dim"]
     rng = np.random.default_rng([seed, 0 if label is None else label + 1])
     targets = tf.constant(np.repeat(images, restarts, axis=0), tf.float32)
-    value = tf.constant(rng.standard_normal((count * restarts, latent)).astype(np.float32))
+    value = tf.Variable(rng.standard_normal((count * restarts, latent)).astype(np.float32))
     y = None if label is None else tf.fill([count * restarts], label)
     features = _feature_network(trainer)
     target_features = None if features is None else features(targets)
-    # Adam written out (no optimizer object: its state would be variables of a run's kind)
-    m, v = tf.zeros_like(value), tf.zeros_like(value)
+    optimizer = keras.optimizers.Adam(LEARNING_RATE)
+    optimizer.build([value])
 
     def draw(z):
         out = generator(z if y is None else [z, y], training=False)
@@ -101,18 +102,13 @@ def _descend(trainer, generator, images, label, steps, restarts, seed):
         return loss
 
     @tf.function(autograph=False)
-    def step(z, m, v, t):
+    def step():
         with tf.GradientTape() as tape:
-            tape.watch(z)
-            loss = tf.reduce_sum(per_image_loss(z))
-        grad = tape.gradient(loss, z)
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * tf.square(grad)
-        m_hat, v_hat = m / (1 - 0.9**t), v / (1 - 0.999**t)
-        return z - LEARNING_RATE * m_hat / (tf.sqrt(v_hat) + 1e-8), m, v
+            loss = tf.reduce_sum(per_image_loss(value))  # images are independent: summed
+        optimizer.apply_gradients([(tape.gradient(loss, value), value)])
 
-    for t in range(1, steps + 1):
-        value, m, v = step(value, m, v, tf.constant(float(t)))
+    for _ in range(steps):
+        step()
     samples = draw(value).numpy()
     l1 = np.abs(samples - targets.numpy()).mean(axis=(1, 2, 3)) / 2  # [-1, 1] -> [0, 1] units
     pick = l1.reshape(count, restarts).argmin(axis=1) + np.arange(count) * restarts
