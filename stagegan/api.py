@@ -259,8 +259,9 @@ class Run:
         _check_type(class_name, (str, int, type(None)), "class_name", what)
         check_walk(n, truncation, interpolate)
         return runner.sample(
-            self.path, n, seed, checkpoint, ema, batch_size, class_name, truncation, interpolate
-        )
+            self.path, n, checkpoint, seed=seed, ema=ema, batch_size=batch_size,
+            class_name=class_name, truncation=truncation, interpolate=interpolate,
+        )  # fmt: skip
 
     @_api_errors
     def evaluate(

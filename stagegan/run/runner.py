@@ -137,32 +137,12 @@ def describe(config, run_dir=None):
     return describe_plan(trainer)
 
 
-def sample(
-    run_dir,
-    num,
-    seed=0,
-    checkpoint=None,
-    ema=True,
-    batch_size=None,
-    class_name=None,
-    truncation=None,
-    interpolate=None,
-):
-    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them (all of
-    class `class_name` if given; truncated or a walk, see `reading.sample_arrays`)."""
+def sample(run_dir, num, checkpoint=None, **options):
+    """`num` samples of a run's checkpoint, as `sample --output X.npy` writes them; `options`
+    are `reading.sample_arrays`'s (seed, ema, batch_size, class_name, truncation, interpolate)."""
     trainer, _ = restore_run(run_dir, checkpoint)
-    task = trainer.task
-    _, outputs, _, _ = sample_arrays(
-        trainer,
-        num,
-        seed,
-        ema,
-        batch_size=batch_size,
-        class_name=class_name,
-        truncation=truncation,
-        interpolate=interpolate,
-    )
-    return np.asarray(task.export(outputs), np.float32)
+    _, outputs, _, _ = sample_arrays(trainer, num, **options)
+    return np.asarray(trainer.task.export(outputs), np.float32)
 
 
 def evaluate(
