@@ -100,8 +100,11 @@ def check_memory(parts, received, key=None):
     """
     limit, where = memory_limit()
     needed = sum(size for _, size, _ in parts)
-    if limit is None or needed <= limit:
-        return
+    if limit is not None and needed > limit:
+        _refuse(parts, received, key, needed, where)
+
+
+def _refuse(parts, received, key, needed, where):
     if key is None:
         key = max(parts, key=lambda part: part[1])[0]
     what = ", ".join(words for _, size, words in parts if size)
@@ -126,12 +129,12 @@ def check_image_memory(parts, side, size_key, received):
         ConfigError: when the parts add up to more than the limit: on `size_key` when they
             would fit at `ORDINARY_SIDE` px, else on the key of the largest part.
     """
-    limit, _ = memory_limit()
+    limit, where = memory_limit()
     needed = sum(size for _, size, _ in parts)
     if limit is None or needed <= limit:
         return
     fits_smaller = needed * ORDINARY_SIDE**2 <= limit * side**2  # integers: no overflow
-    check_memory(parts, received, size_key if fits_smaller else None)
+    _refuse(parts, received, size_key if fits_smaller else None, needed, where)
 
 
 def format_count(count):
