@@ -71,6 +71,8 @@ API_KEYS = {
     "--interpolate": "interpolate",
     "--output": "output",
     "--format": "format",
+    "--memorisation": "memorise",
+    "--nearest": "nearest",
 }
 
 
@@ -265,10 +267,21 @@ class Run:
 
     @_api_errors
     def evaluate(
-        self, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
+        self,
+        count=None,
+        seed=None,
+        checkpoint=None,
+        features=None,
+        ema=True,
+        batch_size=None,
+        memorise="auto",
+        nearest=None,
     ):
-        """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`)."""
+        """What `stagegan eval --json` prints (and appends to the run's `eval.jsonl`);
+        `memorise` (True, False or "auto") and `nearest` (a new PNG file) as `eval
+        --memorisation` and `--nearest`."""
         from stagegan.run import runner
+        from stagegan.run.reading import check_output
 
         _at_least(count, 4, "count")
         if seed is not None:
@@ -278,7 +291,17 @@ class Run:
         _check_type(features, (str, type(None)), "features", what)
         _check_type(ema, bool, "ema", "True or False")
         _at_least(batch_size, 1, "batch_size")
-        return runner.evaluate(self.path, count, seed, checkpoint, features, ema, batch_size)
+        if memorise not in (True, False, "auto"):
+            raise ConfigError("memorise", f"must be True, False or 'auto'. Received: {memorise!r}")
+        if nearest is not None:
+            _check_type(nearest, (str, os.PathLike), "nearest", "a PNG file path")
+            if memorise is False:
+                raise ConfigError("nearest", "shows what memorise=False turns off")
+            check_output(nearest, "nearest", (".png",))
+        options = {"memorise": memorise, "nearest": nearest}
+        return runner.evaluate(
+            self.path, count, seed, checkpoint, features, ema=ema, batch_size=batch_size, **options
+        )
 
     @_api_errors
     def export(self, output, format="savedmodel", checkpoint=None, ema=True):  # noqa: A002

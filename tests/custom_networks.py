@@ -63,3 +63,25 @@ def text_features():
 def plain_function_features():
     """A builder returning a plain function of the images (no `training` argument)."""
     return lambda images: np.asarray(images).mean(axis=(1, 2))
+
+
+# Generators that copy one image of tests/test_memorisation.py's grey folder (image i is grey
+# level 4 i): every sample is that image, whatever the noise.
+
+
+def _constant_generator(task, level):
+    z = keras.Input((task.model["latent_dim"],))
+    side, channels = task.size, task.data["channels"]
+    h = keras.layers.Dense(side * side * channels, name="copy")(z)
+    h = keras.layers.Reshape((side, side, channels))(h)
+    return keras.Model(z, keras.ops.multiply(h, 0.0) + (level / 127.5 - 1.0))
+
+
+def copies_training_image(task):
+    """Every sample is image 0 (grey 0), a training image of the split."""
+    return _constant_generator(task, 0)
+
+
+def copies_held_out_image(task):
+    """Every sample is image 2 (grey 8), a held-out image of the split."""
+    return _constant_generator(task, 8)

@@ -193,6 +193,24 @@ def build_parser():
         "that maps images in [-1, 1] to features (default: shapes on the shapes source, "
         "else inception)",
     )
+    memorisation = evaluate.add_mutually_exclusive_group()
+    memorisation.add_argument(
+        "--memorisation",
+        dest="memorise",
+        action="store_true",
+        default="auto",
+        help="compare the samples with the training images (memorisation/ numbers; default: "
+        "on for folder and npz data of at most 5,000 training images)",
+    )
+    memorisation.add_argument(
+        "--no-memorisation", dest="memorise", action="store_false", help="do not compare them"
+    )
+    evaluate.add_argument(
+        "--nearest",
+        metavar="FILE.png",
+        help="write a picture of the samples most like a training image, beside their nearest "
+        "training (and held-out) images; implies --memorisation",
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     export = commands.add_parser(
@@ -478,13 +496,17 @@ def cmd_sample(args):
 
 
 def cmd_eval(args):
-    from stagegan.run.reading import check_run
+    from stagegan.run.reading import check_output, check_run
 
     if args.count is not None and args.count < 4:
         raise ConfigError("--count", f"must be at least 4. Received: {args.count}")
     if args.seed is not None:
         check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
+    if args.nearest is not None:
+        if args.memorise is False:
+            raise ConfigError("--nearest", "shows what --no-memorisation turns off")
+        check_output(args.nearest, "--nearest", (".png",))
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
     from stagegan.evaluation.evaluate import format_table
@@ -499,6 +521,8 @@ def cmd_eval(args):
         args.features,
         ema=not args.no_ema,
         batch_size=args.batch_size,
+        memorise=args.memorise,
+        nearest=args.nearest,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     return 0

@@ -5,8 +5,10 @@
 
 Each record holds one image fitted to `size` exactly as the `folder` source fits it (centre
 crop, antialiased resize, channels; `data.decode_files`), stored as PNG in the feature
-`image`, so a run reads the same pixels from the shards as from the folder; with labels, the
-class index in the int64 feature `label` (classes: the sorted subfolder names). Records go
+`image`, so a run reads the same pixels from the shards as from the folder; the file's name
+below the folder in the feature `name` (so `data.holdout` splits the records as it splits the
+folder); with labels, the class index in the int64 feature `label` (classes: the sorted
+subfolder names). Records go
 into the shards in a fixed random order (seed 0), not class by class: the `tfrecord` source
 reads its shards in order through a shuffle buffer, which cannot mix classes that lie further
 apart than the buffer holds.
@@ -39,7 +41,7 @@ from stagegan.runfolder.logs import BAR_INTERVAL, format_duration
 log = logging.getLogger("stagegan")
 
 SHARD_SIZE = 2000  # images per shard: 2,000 64 px PNGs are about 20 MB
-IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
+IMAGE_FEATURE, LABEL_FEATURE, NAME_FEATURE = "image", "label", "name"
 ORDER_SEED = 0
 DECODE_BYTES = 64 << 20  # decoded pixels held at a time: memory does not grow with the folder
 
@@ -210,7 +212,7 @@ def _make_parents(path):
 def _write_shards(listing, folder, size, channels, shard_size, progress):
     """Decode, fit, encode and write every file of `listing` into shards in `folder`; returns
     the `Prepared` fields images, shards, skipped and class_counts."""
-    from stagegan.data.sources import decode_files
+    from stagegan.data.sources import decode_files, relative_name
 
     files = np.array(listing.files)
     order = np.random.default_rng(ORDER_SEED).permutation(len(files))
@@ -224,8 +226,9 @@ def _write_shards(listing, folder, size, channels, shard_size, progress):
             skipped += int((~ok).sum())
             found = part[ok]
             classes = [None] * len(found) if counts is None else listing.labels[found]
-            for png, label in zip(_encode_png(images[ok]), classes, strict=True):
-                shards.write(_example(png, label))
+            names = [relative_name(f, listing.path) for f in files[found]]
+            for png, label, name in zip(_encode_png(images[ok]), classes, names, strict=True):
+                shards.write(_example(png, label, name))
             if counts is not None:
                 counts += np.bincount(classes, minlength=len(counts))
             if progress is not None:
@@ -259,11 +262,13 @@ def _encode_png(images):
     return list(next(iter(encoded.batch(len(images)))).numpy())
 
 
-def _example(png, label):
-    """One serialized `tf.train.Example`: the PNG bytes and, when given, the class index."""
+def _example(png, label, name):
+    """One serialized `tf.train.Example`: the PNG bytes, the file's name below the folder
+    (`data.holdout` splits by it) and, when given, the class index."""
     import tensorflow as tf
 
-    feature = {IMAGE_FEATURE: tf.train.Feature(bytes_list=tf.train.BytesList(value=[png]))}
+    as_bytes = lambda value: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    feature = {IMAGE_FEATURE: as_bytes(png), NAME_FEATURE: as_bytes(name)}
     if label is not None:
         feature[LABEL_FEATURE] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()

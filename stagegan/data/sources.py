@@ -24,6 +24,7 @@ the number of files).
 
 import glob
 import logging
+import math
 import os
 import stat
 
@@ -33,6 +34,7 @@ import tensorflow as tf
 from stagegan.config.memory import check_image_memory, format_count
 from stagegan.core.staging import pixels_to_float
 from stagegan.data import clusters
+from stagegan.data.prepare import NAME_FEATURE  # each record's file name below the folder
 from stagegan.errors import ConfigError
 
 log = logging.getLogger("stagegan")
@@ -50,6 +52,7 @@ DEFAULTS = {
     "labels": None,
     "classes": None,
     "clusters": None,
+    "holdout": 0.0,
 }
 
 
@@ -194,10 +197,14 @@ def reference_pool(options, seed, count):
     return source_of(options).pool(seed, count)
 
 
-def take_stream_images(options, count):
-    """The first `count` images of a streamed source (uint8) and their labels (or None)."""
-    batches = _tfrecord_examples(options).take(count).batch(count)
-    first = next(iter(batches))
+def take_stream_images(options, count, held_out=False):
+    """The first `count` images of a streamed source (uint8) and their labels (or None); of
+    its `data.holdout` split with `held_out`, else of its training images."""
+    batches = _tfrecord_examples(options, held_out).take(count).batch(count)
+    first = next(iter(batches), None)
+    if first is None:
+        which = "held-out records" if held_out else "records"
+        raise ConfigError("data.path", f"no {which} in {options['path']}")
     return first["x"].numpy(), first["y"].numpy() if "y" in first else None
 
 
@@ -858,6 +865,12 @@ def tfrecord_files(options):
         feature = options[key]
         if feature is not None and feature not in example.features.feature:
             raise ConfigError(f"data.{key}", f"no feature {feature!r} in {files[0]} (has: {known})")
+    if options["holdout"] and NAME_FEATURE not in example.features.feature:
+        raise ConfigError(
+            "data.holdout",
+            f"splits records by their file name, but {files[0]} has no {NAME_FEATURE!r} feature "
+            f"(has: {known}); write the records again with `stagegan prepare`",
+        )
     if options["labels"] is not None and options["classes"] is None:
         raise ConfigError(
             "data.classes",
@@ -867,14 +880,16 @@ def tfrecord_files(options):
     return files
 
 
-def _tfrecord_examples(options):
-    """`{"x": uint8 image}` (and `"y"`: its label) per record, in file order."""
+def _tfrecord_examples(options, held_out=False):
+    """`{"x": uint8 image}` (and `"y"`: its label) per record, in file order: with
+    `data.holdout`, the training records, or the held-out ones with `held_out`."""
     files = tfrecord_files(options)
     image_feature, label_feature = options["image_feature"], options["labels"]
     size, channels = options["size"], options["channels"]
     spec = {image_feature: tf.io.FixedLenFeature([], tf.string)}
     if label_feature is not None:
         spec[label_feature] = tf.io.FixedLenFeature([], tf.int64)
+    records = _records(files, options, held_out)
 
     def parse(record):
         parsed = tf.io.parse_single_example(record, spec)
@@ -883,14 +898,30 @@ def _tfrecord_examples(options):
             example["y"] = tf.cast(parsed[label_feature], tf.int32)
         return example
 
-    return tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _records(files, options, held_out=False):
+    """The serialized records of `files`: with `data.holdout`, the training ones, or the
+    held-out ones with `held_out`."""
+    records = tf.data.TFRecordDataset(files)
+    fraction = options["holdout"]
+    if not fraction:
+        return records
+    spec = {NAME_FEATURE: tf.io.FixedLenFeature([], tf.string)}
+
+    def keep(record):
+        name = tf.io.parse_single_example(record, spec)[NAME_FEATURE]
+        return tf.equal(held_out_mask(name[None], fraction)[0], held_out)
+
+    return records.filter(keep)
 
 
 def tfrecord_label_counts(options):
-    """Images per class of a labelled TFRecord source (reads every record's label)."""
+    """Images per class of a labelled TFRecord source (reads every training record's label)."""
     files = tfrecord_files(options)
     spec = {options["labels"]: tf.io.FixedLenFeature([], tf.int64)}
-    labels = tf.data.TFRecordDataset(files).map(
+    labels = _records(files, options).map(
         lambda r: tf.io.parse_single_example(r, spec)[options["labels"]],
         num_parallel_calls=tf.data.AUTOTUNE,
     )
@@ -962,6 +993,7 @@ def check_options(options):
         )
     if options["cache"] != "none" and not SOURCES[source].cached:
         raise ConfigError("data.cache", f"applies to source folder only, not {source!r}")
+    check_holdout(options)
     _check_label_options(options)
 
 
@@ -1000,6 +1032,104 @@ def _check_label_options(options):
             raise ConfigError(
                 "data.classes", f"must be a list of distinct names. Received: {classes!r}"
             )
+
+
+# Held-out split ----------------------------------------------------------------------------
+#
+# `data.holdout: f` holds out the images whose name's fingerprint falls in the lowest f of its
+# range: a rule of the name alone (the file's path below `data.path`, which `stagegan prepare`
+# keeps in its records' `name` feature), so a run, its resume, `sample`, `eval` and the TFRecords
+# of the same folder all see the same split, and images added to the folder later never move
+# an image from one side to the other. Each image is held out with probability f: 0.1 of 300
+# images holds out about 30 (standard deviation 5).
+
+HOLDOUT_SALT = "stagegan-holdout:"
+HOLDOUT_SOURCES = ("folder", "tfrecord")
+FINGERPRINT_BITS = 56  # of the 64-bit fingerprint: an int64 holds it without a sign
+
+
+def held_out_mask(names, fraction):
+    """Whether each of `names` (a string tensor [N], or a list of bytes) is held out by
+    `data.holdout: fraction` (FarmHash's `tf.fingerprint`, stable across platforms and
+    TensorFlow versions)."""
+    names = tf.strings.join([HOLDOUT_SALT, tf.convert_to_tensor(names, tf.string)])
+    digits = tf.cast(tf.fingerprint(names)[:, : FINGERPRINT_BITS // 8], tf.int64)
+    value = tf.reduce_sum(digits * (256 ** tf.range(FINGERPRINT_BITS // 8, dtype=tf.int64)), 1)
+    return value < int(fraction * 2**FINGERPRINT_BITS)
+
+
+def relative_name(name, folder):
+    """A file's name below `folder` as bytes, `/`-separated: what the split reads."""
+    return os.fsencode(os.path.relpath(name, folder)).replace(os.sep.encode(), b"/")
+
+
+def split_listing(listing, fraction):
+    """`(training, held_out)`: the `Listing`s of a folder split by `data.holdout` (held_out None
+    when `fraction` is 0). Refuses a split that holds out no image, every image, or every image
+    of a class."""
+    if not fraction:
+        return listing, None
+    files = listing.files
+    held = held_out_mask([relative_name(f, listing.path) for f in files], fraction).numpy()
+    where = shown(listing.path)
+    if not held.any() or held.all():
+        which = "none" if not held.any() else "every one"
+        raise ConfigError(
+            "data.holdout",
+            f"{fraction} holds out {which} of the {len(files):,} images of {where} (each is held "
+            "out with that probability, by its name)",
+        )
+    if listing.labels is not None:
+        kept = np.bincount(listing.labels[~held], minlength=len(listing.classes))
+        if not kept.all():
+            name = listing.classes[int(np.argmin(kept))]
+            raise ConfigError(
+                "data.holdout",
+                f"{fraction} holds out every image of class '{name}' of {where}, leaving it "
+                "none to train on",
+            )
+
+    def part(mask):
+        labels = None if listing.labels is None else listing.labels[mask]
+        chosen = [f for f, m in zip(files, mask, strict=True) if m]
+        return Listing(
+            listing.path, chosen, labels, listing.classes, listing.skipped, listing.unreadable
+        )
+
+    return part(~held), part(held)
+
+
+def split_record(options, training, held):
+    """What a run records of its `data.holdout` split (`holdout.json`, for people: the rule
+    decides the split again wherever the run is read), or None without one."""
+    if held is None:
+        return None
+    return {
+        "holdout": options["holdout"],
+        "rule": f"held out: the fingerprint of the file name below data.path falls in the "
+        f"lowest {options['holdout']} of its range (stagegan.data.sources.held_out_mask)",
+        "training": len(training.files),
+        "held_out": len(held.files),
+        "files": [_relative(f, held.path) for f in held.files],
+    }
+
+
+def check_holdout(options):
+    """`data.holdout`: a number in [0, 1), for the sources that have no split of their own."""
+    fraction = options["holdout"]
+    if isinstance(fraction, bool) or not (
+        isinstance(fraction, (int, float)) and math.isfinite(fraction) and 0 <= fraction < 1
+    ):
+        raise ConfigError(
+            "data.holdout",
+            f"must be a share of the images in [0, 1), e.g. 0.1. Received: {fraction!r}",
+        )
+    if fraction and options["source"] not in HOLDOUT_SOURCES:
+        own = " (it has a held-out split of its own)" if SOURCES[options["source"]].held_out else ""
+        raise ConfigError(
+            "data.holdout",
+            f"applies to sources {' and '.join(HOLDOUT_SOURCES)}, not {options['source']!r}{own}",
+        )
 
 
 # Below this many images a GAN reproduces its training set rather than learning the data.
@@ -1069,6 +1199,8 @@ class Source:
 
     def __init__(self, options):
         self.options = options
+        if options.get("holdout"):  # `data.holdout` gives a source a split it has not
+            self.held_out = True
 
     def held(self):
         """`(images held in memory, known before loading them, the key of that count)`."""
@@ -1087,6 +1219,10 @@ class Source:
         """The `Pool` that samples and metrics choose real images from."""
         images, labels = self.load(seed, held_out=self.held_out), None
         return in_memory_pool(images, labels, self.held_out)
+
+    def training_pool(self, seed, count):
+        """A `Pool` of the images training draws from (a stream: its first `count`)."""
+        return in_memory_pool(self.load(seed), None, False)
 
     def open(self, target, seed, batch_size):
         """Prepare `target` (an `ImageSource`) to serve global batches of `batch_size`: an
@@ -1167,35 +1303,49 @@ class FolderSource(Source):
     labels = "subfolders"
     cached = True
 
+    def listings(self, listing=None):
+        """`(training, held_out)` listings of the folder (or of its `listing`); held_out is
+        None without `data.holdout`."""
+        return split_listing(listing or list_folder(self.options), self.options["holdout"])
+
     def load(self, seed, held_out=False):
         o = self.options
-        listing = list_folder(o)
+        training, held = self.listings()
+        listing = held if held_out and held is not None else training
         images, ok = decode_files(listing.files, o["size"], o["channels"])
         if not ok.any():
             raise ConfigError("data.path", f"no readable image among the files of {listing.path}")
         return images[ok]
 
     def pool(self, seed, count):
+        training, held = self.listings()
+        return self._pool(training if held is None else held, held is not None)
+
+    def training_pool(self, seed, count):
+        return self._pool(self.listings()[0], False)
+
+    def _pool(self, listing, held_out):
         o = self.options
-        listing = list_folder(o)
         files, labels = np.array(listing.files), listing.labels
 
         def load(indices):  # decoded when chosen: memory does not grow with the folder
             images, ok = decode_files(files[indices], o["size"], o["channels"])
             return images[ok], None if labels is None else labels[indices][ok]
 
-        return Pool(len(files), False, load)
+        return Pool(len(files), held_out, load)
 
     def open(self, target, seed, batch_size):
         o = self.options
-        listing = list_folder(o)
+        whole = list_folder(o)
+        listing, held = self.listings(whole)
         check_count(len(listing.files), batch_size, listing.path)
         memory = o["cache"] == "memory"
         check_memory(o, batch_size, len(listing.files) if memory else 0, "data.cache")
         check_readable(listing, o)
         target.count = len(listing.files)
         target.set_classes(listing.classes, listing.labels)
-        target.clusters = clusters_record(o, listing)
+        target.clusters = clusters_record(o, whole)  # held-out files too: they keep a class
+        target.split = split_record(o, listing, held)
         cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
         target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
 
@@ -1212,6 +1362,10 @@ class TfrecordSource(Source):
         return None
 
     def pool(self, seed, count):
+        held = self.held_out
+        return in_memory_pool(*take_stream_images(self.options, count, held), held)
+
+    def training_pool(self, seed, count):
         return in_memory_pool(*take_stream_images(self.options, count), False)
 
     def open(self, target, seed, batch_size):
@@ -1248,6 +1402,7 @@ class ImageSource:
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         self.clusters = None  # `clusters_record` of `data.labels: clusters`
+        self.split = None  # `split_record` of `data.holdout`
         self.kind = source_of(options)
         self.kind.open(self, seed, batch_size)
 

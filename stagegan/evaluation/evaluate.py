@@ -26,8 +26,11 @@ from stagegan.config.files import read_bytes
 from stagegan.config.objects import call_user
 from stagegan.config.schema import chunk_size
 from stagegan.errors import ConfigError, first_line
+from stagegan.evaluation import memorisation as memo
 from stagegan.evaluation import metrics, realism
+from stagegan.evaluation.memorisation import REFERENCE_IMAGES
 from stagegan.runfolder.dirs import RunFolder
+from stagegan.runfolder.pictures import write_png
 from stagegan.runfolder.samples import chunked_outputs
 
 INCEPTION_SIDE = 299
@@ -49,6 +52,10 @@ class Evaluation:
         count_key: the config key or flag that named `count` (for errors).
         ema: sample from the EMA weights when the run keeps an EMA.
         batch_size: images per forward pass (None: `config.chunk_size`, the run's batch).
+        memorise: compare the samples with the training images
+            (`stagegan.evaluation.memorisation`): True, False, or "auto" (`wants_memorisation`).
+        nearest: a PNG path for the picture of samples beside their nearest training images
+            (implies `memorise`), or None.
     """
 
     def __init__(
@@ -63,6 +70,8 @@ class Evaluation:
         batch_key="--batch-size",
         ema=True,
         batch_size=None,
+        memorise=False,
+        nearest=None,
     ):
         self.trainer = trainer
         self.task = trainer.task
@@ -76,6 +85,8 @@ class Evaluation:
         self.features_key = features_key
         self.ema = ema and trainer.ema is not None
         self.batch_size = batch_size or chunk_size(trainer.config)
+        self.memorise = True if nearest is not None else memorise
+        self.nearest = nearest
         self._extractor = None
 
     @property
@@ -110,6 +121,12 @@ class Evaluation:
                 self.features_key,
                 f"task {self.task.name!r} computes no metric in image features (it takes none). "
                 f"Received: {self.features_spec!r}",
+            )
+        if self.memorise is True and not {"images", "latents"} <= self.task.capabilities:
+            raise ConfigError(
+                "--nearest" if self.nearest is not None else "--memorisation",
+                f"compares generated images with the training images; task {self.task.name!r} "
+                "does not draw images from latents",
             )
         if self.uses_features:
             self._load_extractor()
@@ -199,13 +216,15 @@ class Evaluation:
         real, held_out = task.reference_images(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
-        distances = self.distances(self.features(real), self.features(fake))
+        fake_features = self.features(fake)
+        distances = self.distances(self.features(real), fake_features)
         return {
             "count": self.count,
             "held_out": held_out,
             "features": self.features_name,  # after loading: it may have fallen back
             **distances,
             **self.c2st(real, fake),
+            **self.memorisation(task, fake, fake_features),
         }
 
     def class_fid_kid(self, task):
@@ -225,6 +244,7 @@ class Evaluation:
             "features": self.features_name,
             **self.distances(real_features, fake_features),
             **self.c2st(real, fake),
+            **self.memorisation(task, fake, fake_features),
         }
         for index, name in enumerate(task.classes):
             chosen = labels == index
@@ -232,6 +252,48 @@ class Evaluation:
             per_class = self.distances(*both) if chosen.sum() >= 4 else {"fid": None, "kid": None}
             result[f"fid/{name}"], result[f"kid/{name}"] = per_class["fid"], per_class["kid"]
         return result
+
+    def wants_memorisation(self):
+        """Whether this evaluation compares samples with training images: asked for (True),
+        or `"auto"` on a folder or npz source of at most `REFERENCE_IMAGES` training images,
+        where it compares with every one of them."""
+        if self.memorise != "auto" or "images" not in self.task.capabilities:
+            return self.memorise is True
+        kind = self.task.source_kind
+        if kind.streamed or kind.held_out and not self.task.data.get("holdout"):
+            return False  # a stream has no count; shapes and keras sets are large
+        pool = kind.training_pool(self.task.rngs.seed, REFERENCE_IMAGES)
+        return pool.size <= REFERENCE_IMAGES
+
+    def memorisation(self, task, fake, fake_features):
+        """`stagegan.evaluation.memorisation`'s numbers (and picture, with `nearest`), under
+        `memorisation/`; nothing unless `wants_memorisation`."""
+        if not self.wants_memorisation():
+            return {}
+        kind, rng = task.source_kind, np.random.default_rng(self.seed)
+        training = kind.training_pool(task.rngs.seed, REFERENCE_IMAGES)
+        pool = task.load_pool(self.count)
+        pools = [training, pool] if pool.held_out else [training]
+        image_bytes = task.size**2 * task.data["channels"]
+        references = []
+        for one in pools:
+            images = memo.draw(one, memo.reference_count(one, image_bytes), rng)
+            references.append(memo.References(images, self.uint8_features(images)))
+        training, held = references[0], references[1] if len(references) > 1 else None
+        numbers, found = memo.memorisation(fake, fake_features, training, held)
+        if self.nearest is not None:
+            picture = memo.nearest_picture(fake, training, held, found)
+            write_png(picture, self.nearest)
+        return {f"memorisation/{key}": value for key, value in numbers.items()}
+
+    def uint8_features(self, images):
+        """`features` of uint8 images, converted a batch at a time."""
+        step = self.batch_size
+        out = [
+            self.features(images[i : i + step].astype(np.float32) / 127.5 - 1.0)
+            for i in range(0, len(images), step)
+        ]
+        return np.concatenate(out)
 
     def distances(self, real_features, fake_features):
         """`{"fid", "kid", "kid_std", "precision", "recall", "density", "coverage"}` between

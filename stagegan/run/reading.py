@@ -322,24 +322,24 @@ def write_samples(
     )
 
 
-def check_output(output):
-    """Refuse `sample --output` before any work: not `.npy` or `.png`, already there, in no
-    folder, or where no file can be made (tried: a file made and removed again). Returns it
-    as a `Path`."""
+def check_output(output, key="--output", suffixes=(".npy", ".png", ".gif")):
+    """Refuse an output file (`sample --output`, `eval --nearest`) before any work: not one of
+    `suffixes`, already there, in no folder, or where no file can be made (tried: a file made
+    and removed again). Returns it as a `Path`."""
     output = Path(output)
-    if output.suffix.lower() not in (".npy", ".png", ".gif"):
-        raise ConfigError("--output", f"must end in .npy, .png or .gif. Received: {output}")
+    if output.suffix.lower() not in suffixes:
+        *most, last = suffixes
+        named = f"{', '.join(most)} or {last}" if most else last
+        raise ConfigError(key, f"must end in {named}. Received: {output}")
     if os.path.lexists(output):
-        raise ConfigError("--output", f"{output} already exists; not overwritten")
+        raise ConfigError(key, f"{output} already exists; not overwritten")
     if not output.parent.is_dir():
-        raise ConfigError("--output", f"no such folder: {output.parent}")
+        raise ConfigError(key, f"no such folder: {output.parent}")
     try:
         probe = tempfile.NamedTemporaryFile(dir=output.parent, prefix=".stagegan-", delete=True)
         probe.close()
     except OSError as e:
-        raise ConfigError(
-            "--output", f"cannot write in {output.parent}: {e.strerror or e}"
-        ) from None
+        raise ConfigError(key, f"cannot write in {output.parent}: {e.strerror or e}") from None
     return output
 
 
@@ -425,9 +425,19 @@ def check_walk(num, truncation, interpolate, output=None):
 
 
 def evaluate_run(
-    trainer, run_dir, checkpoint, count=None, seed=None, features=None, ema=True, batch_size=None
+    trainer,
+    run_dir,
+    checkpoint,
+    count=None,
+    seed=None,
+    features=None,
+    ema=True,
+    batch_size=None,
+    memorise="auto",
+    nearest=None,
 ):
-    """Evaluate the restored trainer and append the result to `RUN/eval.jsonl`."""
+    """Evaluate the restored trainer and append the result to `RUN/eval.jsonl` (`memorise`,
+    `nearest`: `stagegan.evaluation.evaluate.Evaluation`'s)."""
     from stagegan.evaluation.evaluate import Evaluation
     from stagegan.runfolder.logs import append_jsonl
 
@@ -441,6 +451,8 @@ def evaluate_run(
         features=features,
         ema=ema,
         batch_size=batch_size,
+        memorise=memorise,
+        nearest=nearest,
     )
     result = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

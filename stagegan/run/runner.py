@@ -56,7 +56,7 @@ def _start(plan):
     folder = RunFolder.create(plan.run_dir, name=config.name)
     lock = folder.lock()  # noqa: F841 - held while training
     folder.write(RunFolder.CONFIG, config.to_yaml())
-    record_clusters(trainer, folder)
+    record_data(trainer, folder)
     log.info("run folder: %s", folder.path)
     train(trainer, folder.path)
     return folder.path
@@ -82,17 +82,22 @@ def _resume(plan):
         return worker(trainer, resume.run_dir)
     lock = RunFolder(resume.run_dir).lock("--resume")  # noqa: F841 - held while training
     commit(resume, log)
-    record_clusters(trainer, RunFolder(resume.run_dir))
+    record_data(trainer, RunFolder(resume.run_dir))
     train(trainer, resume.run_dir)
     return resume.run_dir
 
 
-def record_clusters(trainer, folder):
+def record_data(trainer, folder):
     """Write the clusters of a run on `data.labels: clusters` into its folder, unless they
-    are there: the classes a resumed run, `sample` and `eval` reuse."""
-    clustered = getattr(getattr(trainer.task, "source", None), "clusters", None)
+    are there: the classes a resumed run, `sample` and `eval` reuse; and its `data.holdout`
+    split, for people to read."""
+    source = getattr(trainer.task, "source", None)
+    clustered = getattr(source, "clusters", None)
     if clustered is not None and not (folder.path / RunFolder.CLUSTERS).exists():
         folder.write(RunFolder.CLUSTERS, json.dumps(clustered))
+    split = getattr(source, "split", None)
+    if split is not None and not (folder.path / RunFolder.HOLDOUT).exists():
+        folder.write(RunFolder.HOLDOUT, json.dumps(split, indent=1))
 
 
 def announce(placement):
@@ -145,10 +150,9 @@ def sample(run_dir, num, checkpoint=None, **options):
     return np.asarray(trainer.task.export(outputs), np.float32)
 
 
-def evaluate(
-    run_dir, count=None, seed=None, checkpoint=None, features=None, ema=True, batch_size=None
-):
+def evaluate(run_dir, count=None, seed=None, checkpoint=None, features=None, **options):
     """A run's checkpoint evaluated, as `eval --json` prints it (also appended to
-    `RUN/eval.jsonl`)."""
+    `RUN/eval.jsonl`); `options` are `reading.evaluate_run`'s (ema, batch_size, memorise,
+    nearest)."""
     trainer, path = restore_run(run_dir, checkpoint)
-    return evaluate_run(trainer, run_dir, path, count, seed, features, ema, batch_size)
+    return evaluate_run(trainer, run_dir, path, count, seed, features, **options)

@@ -139,6 +139,7 @@ class RunFolder:
         guard.jsonl        the updates the NaN/Inf guard skipped (`GUARD`)
         resume.jsonl       one record per resume (`RESUME_LOG`)
         clusters.json      the clusters of `data.labels: clusters` (`CLUSTERS`)
+        holdout.json       the `data.holdout` split of a folder: counts, held-out files (`HOLDOUT`)
         samples/           sample pictures and their manifest
         .lock              held by the process that trains into it (`lock`)
     """
@@ -149,6 +150,7 @@ class RunFolder:
     GUARD = "guard.jsonl"
     RESUME_LOG = "resume.jsonl"
     CLUSTERS = "clusters.json"
+    HOLDOUT = "holdout.json"
     SAMPLES = "samples"
 
     def __init__(self, path):
