@@ -132,6 +132,9 @@ def test_api_refuses_arguments_of_the_wrong_type_naming_them(runs, tmp_path):
         (lambda: run.sample(4, class_name=1.5), "class_name"),
         (lambda: run.evaluate(seed=-1), "seed"),
         (lambda: run.evaluate(features=3), "features"),
+        (lambda: run.evaluate(memorise="yes"), "memorise"),
+        (lambda: run.evaluate(nearest=3), "nearest"),
+        (lambda: run.evaluate(nearest=str(tmp_path / "near.jpg")), "nearest"),
         (lambda: run.resume(overrides=5), "overrides"),
         (lambda: run.resume(checkpoint=-2), "checkpoint"),
     ):
@@ -180,6 +183,7 @@ def test_api_errors_name_the_api_arguments_not_the_cli_flags(runs, tmp_path):
         (lambda: run.sample(2, checkpoint=999), "checkpoint"),
         (lambda: run.sample(10**15), "n"),
         (lambda: run.evaluate(count=10**15), "count"),
+        (lambda: run.evaluate(nearest=str(tmp_path / "near.png")), "nearest"),  # mog2d: no images
         (lambda: stagegan.load_run(tmp_path / "nothing"), "run"),
         (lambda: stagegan.Run(api.path).resume(checkpoint=999), "checkpoint"),
     ):
