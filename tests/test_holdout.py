@@ -89,6 +89,10 @@ def test_prepares_records_split_as_the_folder_does(folder, tmp_path):
     stream = sources.ImageSource(records, seed=1, batch_size=COUNT - len(held))
     first = values(stream.draw(None, None)["x"].numpy())  # one pass over the records
     assert first == sorted(set(range(COUNT)) - set(held))
+    assert stream.split["held_out"] == len(held)
+    assert [int(name[3:6]) for name in sorted(stream.split["files"])] == held
+    with pytest.raises(sources.ConfigError, match="data.holdout: 0.001 holds out none of the 60"):
+        sources.ImageSource({**records, "holdout": 0.001}, seed=1, batch_size=4)
 
 
 def test_each_class_keeps_images_to_train_on(tmp_path):
@@ -138,6 +142,14 @@ def test_records_without_names_are_refused(tmp_path):
         writer.write(example.SerializeToString())
     with pytest.raises(sources.ConfigError, match="data.holdout: splits records by their file"):
         sources.tfrecord_files(options(path, source="tfrecord"))
+
+
+def test_evals_default_count_passes_over_an_unreadable_held_out_file(tmp_path):
+    folder = grey_folder(tmp_path / "images")
+    held = values(sources.load_images(options(folder), 0, held_out=True))
+    (folder / f"img{held[0]:03d}.png").write_bytes(b"not a png")
+    pool = sources.reference_pool(options(folder), 0, 10)
+    assert (pool.size, pool.readable()) == (len(held), len(held) - 1)
 
 
 def test_a_run_records_its_split(folder, tmp_path):

@@ -56,10 +56,17 @@ def test_the_rules_match_distances_written_out(monkeypatch):
     assert found["pixels"][1][:10].tolist() == list(range(10))  # each copy's original
 
 
+def test_a_copy_of_an_image_held_twice_is_a_copy_and_one_image_has_no_neighbour():
+    training = np.array([[0.0], [0.0], [10.0], [12.0]])  # image 0 twice: its spacing is 0
+    share, distance, index = memo.closer_than_neighbours(np.array([[0.0], [6.0]]), training)
+    assert share == 0.5 and distance.tolist() == [0.0, 4.0] and index[1] == 2
+    assert memo.closer_than_neighbours(np.array([[1.0]]), np.array([[0.0]]))[0] is None
+
+
 def test_nearest_skips_the_excluded_index_across_blocks(monkeypatch):
     rng = np.random.default_rng(1)
     points = rng.normal(size=(23, 5))
-    monkeypatch.setattr(memo, "BLOCK_ELEMENTS", 20)  # 4 points a block
+    monkeypatch.setattr(memo, "BLOCK_ELEMENTS", 20)  # 4 points a block, of both sets
     distance, index = memo.nearest(points, points, exclude=np.arange(23))
     full = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
     np.fill_diagonal(full, np.inf)

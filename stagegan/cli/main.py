@@ -199,8 +199,9 @@ def build_parser():
         dest="memorise",
         action="store_true",
         default="auto",
-        help="compare the samples with the training images (memorisation/ numbers; default: "
-        "on for folder and npz data of at most 5,000 training images)",
+        help="compare the samples with the training (and held-out) images: memorisation/ "
+        "numbers, at the cost of the features of up to 5,000 images of each (default: on for "
+        "folder and npz data of at most 2,000 images)",
     )
     memorisation.add_argument(
         "--no-memorisation", dest="memorise", action="store_false", help="do not compare them"

@@ -24,7 +24,6 @@ the number of files).
 
 import glob
 import logging
-import math
 import os
 import stat
 
@@ -35,7 +34,7 @@ from stagegan.config.memory import check_image_memory, format_count
 from stagegan.core.staging import pixels_to_float
 from stagegan.data import clusters
 from stagegan.data.prepare import NAME_FEATURE  # each record's file name below the folder
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, first_line
 
 log = logging.getLogger("stagegan")
 
@@ -184,10 +183,19 @@ class Pool:
         size: how many there are.
         held_out: whether training never sees them.
         load: `load(indices) -> (uint8 images, labels or None)` for an int array of indices.
+        readable: `readable() -> int`: how many of them decode (a folder's unreadable files
+            are counted in `size`); None: all of them.
     """
 
-    def __init__(self, size, held_out, load):
+    def __init__(self, size, held_out, load, readable=None):
         self.size, self.held_out, self.load = size, held_out, load
+        self._readable = readable
+
+    def readable(self):
+        """How many of the images decode (decodes a folder's files once)."""
+        if callable(self._readable):
+            self._readable = int(self._readable())
+        return self.size if self._readable is None else self._readable
 
 
 def reference_pool(options, seed, count):
@@ -344,6 +352,7 @@ class Listing:
     def __init__(self, path, files, labels=None, classes=None, skipped=(), unreadable=()):
         self.path, self.files, self.labels, self.classes = path, files, labels, classes
         self.skipped, self.unreadable = list(skipped), list(unreadable)
+        self.split = None  # with `data.holdout`: the record of the split (`split_listing`)
 
 
 def shown(path):
@@ -1071,23 +1080,15 @@ def split_listing(listing, fraction):
         return listing, None
     files = listing.files
     held = held_out_mask([relative_name(f, listing.path) for f in files], fraction).numpy()
-    where = shown(listing.path)
-    if not held.any() or held.all():
-        which = "none" if not held.any() else "every one"
-        raise ConfigError(
-            "data.holdout",
-            f"{fraction} holds out {which} of the {len(files):,} images of {where} (each is held "
-            "out with that probability, by its name)",
-        )
-    if listing.labels is not None:
-        kept = np.bincount(listing.labels[~held], minlength=len(listing.classes))
-        if not kept.all():
-            name = listing.classes[int(np.argmin(kept))]
-            raise ConfigError(
-                "data.holdout",
-                f"{fraction} holds out every image of class '{name}' of {where}, leaving it "
-                "none to train on",
-            )
+    labels = None if listing.labels is None else listing.labels[~held]
+    names = [_relative(f, listing.path) for f, h in zip(files, held, strict=True) if h]
+    record = check_split(
+        {**DEFAULTS, "holdout": fraction, "classes": listing.classes},
+        names,
+        labels,
+        len(files),
+        shown(listing.path),
+    )
 
     def part(mask):
         labels = None if listing.labels is None else listing.labels[mask]
@@ -1096,30 +1097,78 @@ def split_listing(listing, fraction):
             listing.path, chosen, labels, listing.classes, listing.skipped, listing.unreadable
         )
 
-    return part(~held), part(held)
+    training, held_listing = part(~held), part(held)
+    training.split = held_listing.split = record
+    return training, held_listing
 
 
-def split_record(options, training, held):
-    """What a run records of its `data.holdout` split (`holdout.json`, for people: the rule
-    decides the split again wherever the run is read), or None without one."""
-    if held is None:
-        return None
+def check_split(options, held_names, training_labels, count, where):
+    """Refuse a `data.holdout` split of `count` images that holds out none, every one, or
+    every image of a class (`training_labels`: the training images' classes, or None), and
+    return the record a run writes of it (`holdout.json`; `held_names`: the held-out names,
+    as text)."""
+    fraction, held = options["holdout"], len(held_names)
+    if held in (0, count):
+        which = "none" if held == 0 else "every one"
+        raise ConfigError(
+            "data.holdout",
+            f"{fraction} holds out {which} of the {count:,} images of {where} (each is held "
+            "out with that probability, by its name)",
+        )
+    if training_labels is not None and options["classes"] is not None:
+        kept = np.bincount(training_labels, minlength=len(options["classes"]))
+        if not kept.all():
+            name = options["classes"][int(np.argmin(kept))]
+            raise ConfigError(
+                "data.holdout",
+                f"{fraction} holds out every image of class '{name}' of {where}, leaving it "
+                "none to train on",
+            )
     return {
-        "holdout": options["holdout"],
+        "holdout": fraction,
         "rule": f"held out: the fingerprint of the file name below data.path falls in the "
-        f"lowest {options['holdout']} of its range (stagegan.data.sources.held_out_mask)",
-        "training": len(training.files),
-        "held_out": len(held.files),
-        "files": [_relative(f, held.path) for f in held.files],
+        f"lowest {fraction} of its range (stagegan.data.sources.held_out_mask)",
+        "training": count - held,
+        "held_out": held,
+        "files": list(held_names),
     }
+
+
+def tfrecord_split(options):
+    """The `check_split` record of TFRecords with `data.holdout` (reads every record's name
+    and label, not its image)."""
+    files = tfrecord_files(options)
+    spec = {NAME_FEATURE: tf.io.FixedLenFeature([], tf.string)}
+    if options["labels"] is not None:
+        spec[options["labels"]] = tf.io.FixedLenFeature([], tf.int64)
+    parsed = tf.data.TFRecordDataset(files).map(
+        lambda r: tf.io.parse_single_example(r, spec), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    held_names, labels, count = [], [], 0
+    try:
+        for batch in parsed.batch(4096):
+            held = held_out_mask(batch[NAME_FEATURE], options["holdout"]).numpy()
+            names = batch[NAME_FEATURE].numpy()
+            held_names += [n.decode("utf-8", "surrogateescape") for n in names[held]]
+            if options["labels"] is not None:
+                labels.append(batch[options["labels"]].numpy()[~held])
+            count += len(names)
+    except tf.errors.OpError as e:
+        raise ConfigError(
+            "data.holdout",
+            f"cannot read every record's {NAME_FEATURE!r} in {options['path']}: {first_line(e)}",
+        ) from None
+    training_labels = np.concatenate(labels) if labels else None
+    if training_labels is not None and len(training_labels):
+        if training_labels.min() < 0 or training_labels.max() >= len(options["classes"]):
+            training_labels = None  # out-of-range labels: `tfrecord_label_counts` says so
+    return check_split(options, held_names, training_labels, count, options["path"])
 
 
 def check_holdout(options):
     """`data.holdout`: a number in [0, 1), for the sources that have no split of their own."""
     fraction = options["holdout"]
-    if isinstance(fraction, bool) or not (
-        isinstance(fraction, (int, float)) and math.isfinite(fraction) and 0 <= fraction < 1
-    ):
+    if isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 <= fraction < 1):
         raise ConfigError(
             "data.holdout",
             f"must be a share of the images in [0, 1), e.g. 0.1. Received: {fraction!r}",
@@ -1332,7 +1381,14 @@ class FolderSource(Source):
             images, ok = decode_files(files[indices], o["size"], o["channels"])
             return images[ok], None if labels is None else labels[indices][ok]
 
-        return Pool(len(files), held_out, load)
+        def readable():
+            count = 0
+            for start in range(0, len(files), DECODE_AT_ONCE):
+                count += int(decode_files(files[start : start + DECODE_AT_ONCE], o["size"],
+                                          o["channels"])[1].sum())  # fmt: skip
+            return count
+
+        return Pool(len(files), held_out, load, readable)
 
     def open(self, target, seed, batch_size):
         o = self.options
@@ -1345,7 +1401,7 @@ class FolderSource(Source):
         target.count = len(listing.files)
         target.set_classes(listing.classes, listing.labels)
         target.clusters = clusters_record(o, whole)  # held-out files too: they keep a class
-        target.split = split_record(o, listing, held)
+        target.split = None if held is None else held.split
         cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
         target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
 
@@ -1370,6 +1426,9 @@ class TfrecordSource(Source):
 
     def open(self, target, seed, batch_size):
         check_memory(self.options, batch_size, *self.held())
+        if self.options["holdout"]:
+            target.split = tfrecord_split(self.options)
+            check_count(target.split["training"], batch_size, self.options["path"])
         target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
         if self.options["labels"] is not None:
             target.classes = [str(name) for name in self.options["classes"]]
@@ -1402,7 +1461,7 @@ class ImageSource:
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         self.clusters = None  # `clusters_record` of `data.labels: clusters`
-        self.split = None  # `split_record` of `data.holdout`
+        self.split = None  # the `check_split` record of `data.holdout`
         self.kind = source_of(options)
         self.kind.open(self, seed, batch_size)
 

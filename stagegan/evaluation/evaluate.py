@@ -25,10 +25,10 @@ import tensorflow as tf
 from stagegan.config.files import read_bytes
 from stagegan.config.objects import call_user
 from stagegan.config.schema import chunk_size
-from stagegan.errors import ConfigError, first_line
+from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.evaluation import memorisation as memo
 from stagegan.evaluation import metrics, realism
-from stagegan.evaluation.memorisation import REFERENCE_IMAGES
+from stagegan.evaluation.memorisation import AUTO_IMAGES
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.pictures import write_png
 from stagegan.runfolder.samples import chunked_outputs
@@ -87,7 +87,7 @@ class Evaluation:
         self.batch_size = batch_size or chunk_size(trainer.config)
         self.memorise = True if nearest is not None else memorise
         self.nearest = nearest
-        self._extractor = None
+        self._extractor = self._pools = None
 
     @property
     def count(self):
@@ -255,35 +255,47 @@ class Evaluation:
 
     def wants_memorisation(self):
         """Whether this evaluation compares samples with training images: asked for (True),
-        or `"auto"` on a folder or npz source of at most `REFERENCE_IMAGES` training images,
-        where it compares with every one of them."""
+        or `"auto"` on a folder or npz source whose training and held-out images number at
+        most `AUTO_IMAGES` (every one compared, at little cost)."""
         if self.memorise != "auto" or "images" not in self.task.capabilities:
             return self.memorise is True
         kind = self.task.source_kind
         if kind.streamed or kind.held_out and not self.task.data.get("holdout"):
             return False  # a stream has no count; shapes and keras sets are large
-        pool = kind.training_pool(self.task.rngs.seed, REFERENCE_IMAGES)
-        return pool.size <= REFERENCE_IMAGES
+        pools = self.memorisation_pools()
+        return sum(pool.size for pool in pools) <= AUTO_IMAGES
+
+    def memorisation_pools(self):
+        """`[training]` or `[training, held-out]` pools of real images (made once)."""
+        if self._pools is None:
+            task = self.task
+            most = memo.reference_count(None, task.size**2 * task.data["channels"])
+            training = task.source_kind.training_pool(task.rngs.seed, most)
+            pool = task.load_pool(self.count)
+            self._pools = [training, pool] if pool.held_out else [training]
+        return self._pools
 
     def memorisation(self, task, fake, fake_features):
         """`stagegan.evaluation.memorisation`'s numbers (and picture, with `nearest`), under
         `memorisation/`; nothing unless `wants_memorisation`."""
         if not self.wants_memorisation():
             return {}
-        kind, rng = task.source_kind, np.random.default_rng(self.seed)
-        training = kind.training_pool(task.rngs.seed, REFERENCE_IMAGES)
-        pool = task.load_pool(self.count)
-        pools = [training, pool] if pool.held_out else [training]
-        image_bytes = task.size**2 * task.data["channels"]
+        rng, image_bytes = np.random.default_rng(self.seed), task.size**2 * task.data["channels"]
         references = []
-        for one in pools:
-            images = memo.draw(one, memo.reference_count(one, image_bytes), rng)
+        for pool in self.memorisation_pools():
+            images = memo.draw(pool, memo.reference_count(pool, image_bytes), rng)
             references.append(memo.References(images, self.uint8_features(images)))
         training, held = references[0], references[1] if len(references) > 1 else None
         numbers, found = memo.memorisation(fake, fake_features, training, held)
         if self.nearest is not None:
             picture = memo.nearest_picture(fake, training, held, found)
-            write_png(picture, self.nearest)
+            key = "--nearest"
+            if os.path.lexists(self.nearest):  # made since the command began
+                raise WriteError(key, f"{self.nearest} appeared meanwhile; not overwritten")
+            try:
+                write_png(picture, self.nearest)
+            except OSError as e:
+                raise WriteError(key, f"cannot write {self.nearest}: {e.strerror or e}") from None
         return {f"memorisation/{key}": value for key, value in numbers.items()}
 
     def uint8_features(self, images):

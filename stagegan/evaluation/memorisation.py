@@ -8,8 +8,9 @@ evaluation's seed), in two spaces: the evaluation's features and raw pixels (Euc
 distances). The rules:
 
 * `copies`: the share of samples nearer to their nearest training image than that image is to
-  any other training image. A copy of a training image is (0 away from it); a sample from
-  the data's distribution is about as likely as a training image to fall that close.
+  any other training image (or identical to it, for an image the set holds twice). A copy of a
+  training image is (0 away from it); a sample from the data's distribution is about as likely
+  as a training image to fall that close.
 * `held_out_copies`: the same rule with the held-out images in place of the training images:
   the level a generator that copies nothing reaches. `copies` well above it is memorisation.
 * `memorised`: the share of samples whose nearest image, among the training and the held-out
@@ -17,13 +18,15 @@ distances). The rules:
   and held-out images are alike, so that share is the training images' share of the two sets
   (`memorised_chance`); copies of training images score 1.0.
 
-Each has a `_pixels` twin. Memory stays flat: the references are held as uint8 (at most
-`REFERENCE_BYTES` of them) and distances are computed a block of references at a time.
+Each has a `_pixels` twin. Memory does not grow with the data: the references are held as uint8
+(at most `REFERENCE_BYTES` of each set), the samples' pixels as float32 (as large as the
+samples themselves), and distances are computed a block of samples and references at a time.
 """
 
 import numpy as np
 
 REFERENCE_IMAGES = 5000  # training (and held-out) images compared, at most
+AUTO_IMAGES = 2000  # `eval` compares by default when training and held-out images are no more
 REFERENCE_BYTES = 256 << 20  # of uint8 references held, each set
 BLOCK_ELEMENTS = 1 << 22  # floats of references converted at a time
 SHOWN = 12  # rows of the nearest-neighbour picture
@@ -40,9 +43,10 @@ class References:
 
 
 def reference_count(pool, image_bytes):
-    """How many images of a pool to compare: all, or at most `REFERENCE_IMAGES` and
-    `REFERENCE_BYTES` of uint8 pixels."""
-    return min(pool.size, REFERENCE_IMAGES, max(1, REFERENCE_BYTES // image_bytes))
+    """How many images of a pool (None: of any) to compare: all, or at most
+    `REFERENCE_IMAGES` and `REFERENCE_BYTES` of uint8 pixels."""
+    most = min(REFERENCE_IMAGES, max(1, REFERENCE_BYTES // image_bytes))
+    return most if pool is None else min(pool.size, most)
 
 
 def draw(pool, count, rng):
@@ -53,36 +57,47 @@ def draw(pool, count, rng):
 
 
 def nearest(queries, references, exclude=None):
-    """`(distance [N], index [N])`: each query's nearest reference, Euclidean, computed a
-    block of references at a time (`references` may be uint8: converted per block).
-    `exclude[i]`: an index query i may not take (itself, when the queries are references)."""
-    queries = np.asarray(queries, np.float64).reshape(len(queries), -1)
+    """`(distance [N], index [N])`: each query's nearest reference, Euclidean. Queries and
+    references (either may be uint8) are converted to float64 a block at a time, and each
+    block of distances holds at most about `BLOCK_ELEMENTS` numbers. `exclude[i]`: an index
+    query i may not take (itself, when the queries are references)."""
+    queries = queries.reshape(len(queries), -1)
     flat = references.reshape(len(references), -1)
     best = np.full(len(queries), np.inf)
     where = np.zeros(len(queries), np.int64)
-    step = max(1, BLOCK_ELEMENTS // max(flat.shape[1], 1))
-    query_norms = np.sum(queries * queries, axis=1)[:, None]
-    for start in range(0, len(flat), step):
-        block = np.asarray(flat[start : start + step], np.float64)
-        squared = query_norms + np.sum(block * block, axis=1)[None, :] - 2.0 * queries @ block.T
-        if exclude is not None:
-            rows = np.nonzero((exclude >= start) & (exclude < start + len(block)))[0]
-            squared[rows, exclude[rows] - start] = np.inf
-        column = np.argmin(squared, axis=1)
-        value = squared[np.arange(len(queries)), column]
-        better = value < best
-        best[better], where[better] = value[better], column[better] + start
+    rows = max(1, BLOCK_ELEMENTS // max(flat.shape[1], 1))
+    columns = max(1, BLOCK_ELEMENTS // max(flat.shape[1], rows))
+    for top in range(0, len(queries), rows):
+        part = np.asarray(queries[top : top + rows], np.float64)
+        part_norms = np.sum(part * part, axis=1)[:, None]
+        for start in range(0, len(flat), columns):
+            block = np.asarray(flat[start : start + columns], np.float64)
+            squared = part_norms + np.sum(block * block, axis=1)[None, :] - 2.0 * part @ block.T
+            if exclude is not None:
+                taken = exclude[top : top + rows]
+                hit = np.nonzero((taken >= start) & (taken < start + len(block)))[0]
+                squared[hit, taken[hit] - start] = np.inf
+            column = np.argmin(squared, axis=1)
+            value = squared[np.arange(len(part)), column]
+            better = value < best[top : top + rows]
+            best[top : top + rows][better] = value[better]
+            where[top : top + rows][better] = column[better] + start
     return np.sqrt(np.maximum(best, 0.0)), where
 
 
 def closer_than_neighbours(samples, references):
     """`(share, distance [N], index [N])`: the share of `samples` nearer to their nearest
-    reference than that reference is to any other, and each sample's nearest."""
+    reference than that reference is to any other (or identical to it: a copy of an image
+    the set holds twice), and each sample's nearest. The share is None for fewer than two
+    references (one has no neighbour)."""
     distance, index = nearest(samples, references)
+    if len(references) < 2:
+        return None, distance, index
     chosen = np.unique(index)
     spacing = np.empty(len(references))
     spacing[chosen] = nearest(references[chosen], references, exclude=chosen)[0]
-    return float(np.mean(distance < spacing[index])), distance, index
+    copies = (distance < spacing[index]) | (distance == 0)
+    return float(np.mean(copies)), distance, index
 
 
 def memorisation(samples, sample_features, training, held_out=None):
@@ -99,7 +114,7 @@ def memorisation(samples, sample_features, training, held_out=None):
         `{space: (distance, index)}` to training images, plus `"held_out"`: indices of the
         nearest held-out images in features (or None).
     """
-    pixels = (np.asarray(samples, np.float64) + 1.0) * 127.5  # in uint8's units
+    pixels = (np.asarray(samples, np.float32) + 1.0) * 127.5  # in uint8's units
     queries = {"features": sample_features, "pixels": pixels}
     numbers = {"training_images": len(training.images)}
     if held_out is not None:
@@ -125,9 +140,9 @@ def memorisation(samples, sample_features, training, held_out=None):
 
 
 def nearest_picture(samples, training, held_out, found, shown=SHOWN):
-    """The samples most like a training image (smallest distance in features, relative to
-    the median), each beside its nearest training image in features and in pixels, and its
-    nearest held-out image in features where there is a split: uint8 RGB [H, W, 3]."""
+    """The samples most like a training image (the smallest distances in features), each
+    beside its nearest training image in features and in pixels, and its nearest held-out
+    image in features where there is a split: uint8 RGB [H, W, 3]."""
     from stagegan.runfolder import pictures
 
     distance, index = found["features"]

@@ -515,8 +515,9 @@ class ImageTask(Task):
         self.reference_pool(count, key)
 
     def default_eval_count(self):
-        """`eval_count`, or all the real images when there are fewer."""
-        return min(self.eval_count, self.load_pool(self.eval_count).size)
+        """`eval_count`, or all the readable real images when there are fewer."""
+        pool = self.load_pool(self.eval_count)
+        return self.eval_count if pool.size > self.eval_count else pool.readable()
 
     def real_batch(self, batch_size):
         """`{"x": uint8 images}` (and `"y"`): the trainer stages them on the draw device and
