@@ -1,8 +1,6 @@
 """`data.holdout`: a split of a folder (and of prepare's TFRecords of it) by file name that
 training never reads, the same wherever the run is read."""
 
-import json
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -150,19 +148,3 @@ def test_evals_default_count_passes_over_an_unreadable_held_out_file(tmp_path):
     (folder / f"img{held[0]:03d}.png").write_bytes(b"not a png")
     pool = sources.reference_pool(options(folder), 0, 10)
     assert (pool.size, pool.readable()) == (len(held), len(held) - 1)
-
-
-def test_a_run_records_its_split(folder, tmp_path):
-    run = tmp_path / "run"
-    result = inprocess(
-        "train", "--config", "dcgan_folder", "--run-dir", run,
-        "--set", f"data.path={folder}", "--set", "data.size=32", "--set", "data.channels=1",
-        "--set", "batch_size=4", "--set", "model={latent_dim: 4, width: 4}",
-        "--set", "augment=null", "--set", "stages[0].steps=1", "--set", "stages[1].steps=1",
-        "--set", "samples=null", "--set", "data.holdout=0.25",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    record = json.loads((run / "holdout.json").read_text())
-    held = values(sources.load_images(options(folder), 0, held_out=True))
-    assert [int(name[3:6]) for name in record["files"]] == held
-    assert record["training"] + record["held_out"] == COUNT

@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 from clihelp import assert_user_error, inprocess
-from test_holdout import grey_folder
+from test_holdout import grey_folder, options, values
 from test_outputs import png_size
 
+from stagegan.data import sources
 from stagegan.evaluation import memorisation as memo
 
 
@@ -98,6 +99,14 @@ def copiers(tmp_path_factory):
     grey_folder(base / "images")
     return {name: copier_run(base, name) for name in ("copies_training_image",
                                                       "copies_held_out_image")}  # fmt: skip
+
+
+def test_a_run_records_its_split(copiers):
+    run = copiers["copies_training_image"]
+    record = json.loads((run / "holdout.json").read_text())
+    held = values(sources.load_images(options(run.parent / "images"), 0, held_out=True))
+    assert [int(name[3:6]) for name in record["files"]] == held
+    assert (record["training"], record["held_out"]) == (48, 12)
 
 
 def evaluate(run, *more):

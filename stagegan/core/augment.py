@@ -238,8 +238,20 @@ def rotate90(images, u, gate):
     k = tf.minimum(tf.cast(tf.floor(u[:, 0] * 4.0), tf.int32), 3)
     out = images
     for turns in (1, 2, 3):
-        out = _where(tf.equal(k, turns), tf.image.rot90(images, turns), out)
+        out = _where(tf.equal(k, turns), quarter_turns(images, turns), out)
     return _where(gate, out, images)
+
+
+def quarter_turns(images, turns):
+    """`tf.image.rot90(images, turns)` for a Python int `turns` in 1..3, as one transpose and
+    reverse (`rot90` builds a four-way `tf.case`: 0.6 s of tracing each time, a third of a
+    DCGAN step's trace)."""
+    swapped = lambda x: tf.transpose(x, [0, 2, 1, 3])
+    if turns == 1:
+        return tf.reverse(swapped(images), [1])
+    if turns == 2:
+        return tf.reverse(images, [1, 2])
+    return swapped(tf.reverse(images, [1]))
 
 
 def _normal(u):
