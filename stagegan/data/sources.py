@@ -112,22 +112,29 @@ def shapes_chunk(size):
 def _render_shapes(size, channels, base, slope, layers):
     ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
     images = base + slope[..., :1] * xs[None, ..., None] + slope[..., 1:] * ys[None, ..., None]
-    images = images.astype(np.float32)
+    # float32, then float64 (the colours' type) from the first shape on, as always drawn
+    images = images.astype(np.float32).astype(np.float64)
     owner = np.full(images.shape[:3], -1, np.int8)
     for index, (present, kind, cx, cy, radius, colour) in enumerate(layers):
-        dx = xs[None] - cx[:, None, None]
-        dy = ys[None] - cy[:, None, None]
-        r = radius[:, None, None]
-        circle = dx**2 + dy**2 <= r**2
-        square = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
-        # An upward triangle: below the apex, inside two slanted edges, above the base.
-        triangle = (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.6)
-        inside = np.where(
-            kind[:, None, None] == 0, circle, np.where(kind[:, None, None] == 1, square, triangle)
-        )
-        inside &= present[:, None, None]
-        images = np.where(inside[..., None], colour[:, None, None, :], images)
-        owner[inside] = index
+        for shape in range(3):  # each shape's test on the images that draw it only
+            rows = np.nonzero(present & (kind == shape))[0]
+            if len(rows) == 0:
+                continue
+            dx = xs[None] - cx[rows, None, None]
+            dy = ys[None] - cy[rows, None, None]
+            r = radius[rows, None, None]
+            if shape == 0:  # a circle
+                inside = dx**2 + dy**2 <= r**2
+            elif shape == 1:  # a square
+                inside = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
+            else:  # an upward triangle: below the apex, inside two slanted edges, above the base
+                inside = (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.6)
+            drawn = images[rows]
+            drawn[inside] = np.broadcast_to(colour[rows, None, None, :], drawn.shape)[inside]
+            images[rows] = drawn
+            mine = owner[rows]
+            mine[inside] = index
+            owner[rows] = mine
     images = np.clip(images, 0.0, 1.0)
     if channels == 1:
         images = images.mean(axis=-1, keepdims=True)
