@@ -183,7 +183,8 @@ def test_api_errors_name_the_api_arguments_not_the_cli_flags(runs, tmp_path):
         (lambda: run.sample(2, checkpoint=999), "checkpoint"),
         (lambda: run.sample(10**15), "n"),
         (lambda: run.evaluate(count=10**15), "count"),
-        (lambda: run.evaluate(nearest=str(tmp_path / "near.png")), "nearest"),  # mog2d: no images
+        # mog2d draws no images: refused before anything is written (as `eval --nearest`)
+        (lambda: run.evaluate(nearest=str(tmp_path / "near.png")), "nearest"),
         (lambda: stagegan.load_run(tmp_path / "nothing"), "run"),
         (lambda: stagegan.Run(api.path).resume(checkpoint=999), "checkpoint"),
     ):
@@ -191,6 +192,9 @@ def test_api_errors_name_the_api_arguments_not_the_cli_flags(runs, tmp_path):
             call()
         assert caught.value.key == key, caught.value
         assert "--" not in caught.value.key
+    with pytest.raises(stagegan.Error, match="task 'mog2d' does not draw images from latents"):
+        run.evaluate(nearest=str(tmp_path / "near.png"))
+    assert not (tmp_path / "near.png").exists()
     with pytest.raises(stagegan.Error) as caught:
         stagegan.train("mog_ring", {"model.hidden": 10**8}, tmp_path / "huge")
     assert caught.value.key == "model.hidden" and "would need about" in caught.value.message
