@@ -172,7 +172,8 @@ def test_progress_bar_mode_shows_stage_steps_and_losses(tmp_path, capsys):
     trainer = Trainer(config(log={"every": 1, "progress": "bar"}, samples=None))
     train(trainer, tmp_path)
     out = capsys.readouterr().out
-    assert "[joint] 3/3" in out and "generator/g_loss" in out and "left, run 0:00:0" in out
+    assert "[joint] 3/3" in out and "| d_loss " in out and " g_loss " in out
+    assert "left, run 0:00:0" in out
     assert not (tmp_path / "samples").exists()
 
 

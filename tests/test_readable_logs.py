@@ -72,10 +72,44 @@ def test_progress_bar_shows_eta_as_h_mm_ss_and_plain_rates():
     progress.step(Position(1, 0, 1), 2)
     text = stream.getvalue()
     assert "[g_only] 2/2" in text and text.endswith("\n")
-    assert "105,500 ex/s" in text and "generator/g_loss 0.6931" in text
+    assert "105,500 ex/s" in text and "| g_loss 0.6931" in text
     assert "e+0" not in text and "e-0" not in text
     left = [part for part in text.split() if part.count(":") == 2]
     assert left and all(len(p.split(":")[1]) == 2 for p in left)
+
+
+def test_the_console_shows_the_trained_losses_and_full_shows_everything():
+    from stagegan.config.schema import Stage, Update
+
+    def update(name, *terms):
+        loss = tuple((t, 1.0) for t in terms)
+        return Update(name, ("x/*",), loss, "opt", repeat=1, every=1, key="u")
+
+    updates = (update("d", "d_loss"), update("g", "g_loss"))
+    stage = Stage("joint", 4, "simultaneous", updates, key="stages[0]")
+    updates = (update("a", "loss"), update("b", "loss", "gp"))
+    twice = Stage("pair", 4, "simultaneous", updates, key="stages[1]")
+    values = {
+        "d/d_loss": 1.25,
+        "d/d_real_accuracy": 0.5,
+        "d/grad_norm": 3.0,
+        "g/g_loss": 0.75,
+        "g/learning_rate": 1e-4,
+        "augment/p": 0.1,
+        "a/loss": 2.0,
+        "b/loss": 3.0,
+        "b/gp": 4.0,
+    }
+    progress = Progress(Schedule((stage, twice)), "lines", 0)
+    assert progress.shown(Position(0, 0, 0), values) == {"d_loss": 1.25, "g_loss": 0.75}
+    # Two updates train on a term named `loss`: theirs keep the update's name.
+    shown = progress.shown(Position(4, 1, 0), values)
+    assert shown == {"a/loss": 2.0, "b/loss": 3.0, "gp": 4.0}
+    full = Progress(Schedule((stage, twice)), "lines", 0, console="full")
+    assert full.shown(Position(0, 0, 0), values) == values
+    bar = Progress(Schedule((stage, twice)), "bar", 0, console="full", stream=io.StringIO())
+    assert "d/grad_norm" not in bar.shown(Position(0, 0, 0), values)
+    bar.close()
 
 
 def test_a_log_line_mid_stage_starts_on_a_line_of_its_own():

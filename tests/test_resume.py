@@ -226,6 +226,7 @@ def test_resume_rules_are_the_records_field_metadata():
         "checkpoint.every",
         "log.every",
         "log.histograms",
+        "log.console",
         "samples.every",
         "eval.every",
         "eval.count",

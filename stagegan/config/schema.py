@@ -421,6 +421,7 @@ class KeepBest:
 
 
 PROGRESS = ("auto", "bar", "lines")
+CONSOLE = ("brief", "full")
 
 
 @dataclass(frozen=True)
@@ -430,13 +431,15 @@ class LogConfig:
     `every`: log (console, metrics, TensorBoard scalars) every this many steps and at stage
     ends. `histograms`: weight and gradient histograms every this many steps (0: at stage ends
     only). `progress`: `bar` (a live progress bar), `lines` (plain log lines) or `auto` (a bar
-    when stdout is a terminal).
+    when stdout is a terminal). `console`: `brief` (the stage, step, the losses the updates
+    train on, speed and ETA) or `full` (every logged value, as `metrics.jsonl` has them).
     """
 
     every: int = option(100, integer(1), resume=True)
     tensorboard: bool = option(True, boolean)
     histograms: int = option(0, integer(0), resume=True)
     progress: str = option("auto", choice(PROGRESS))
+    console: str = option("brief", choice(CONSOLE), resume=True)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class Progress:
     The bar is one line per stage, redrawn in place at most every `BAR_INTERVAL` seconds:
 
         [joint] 340/1100 [======>.................] 0:00:12 left, run 0:02:31 | 1,234 ex/s |
-            generator/g_adversarial 0.6931 ...
+            d_loss 1.243 g_loss 0.4615
 
     Args:
         schedule: the run's `Schedule`.
@@ -186,7 +186,8 @@ class Progress:
         stream: where the bar goes (stdout).
     """
 
-    def __init__(self, schedule, mode, start_step, stream=None):
+    def __init__(self, schedule, mode, start_step, console="brief", stream=None):
+        self.console = console
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "lines"
         self.mode = mode
@@ -242,7 +243,7 @@ class Progress:
                 self._line(position, done, values, examples_per_sec)
             return
         if values is not None:
-            self.values = {k: v for k, v in values.items() if not k.endswith("grad_norm")}
+            self.values = self.shown(position, values)
             self.rate = examples_per_sec
         stage = self.schedule.stages[position.stage_index]
         finished = position.stage_step + 1 == stage.steps
@@ -253,6 +254,22 @@ class Progress:
             self.stream.write("\r" + self.bar_text(position, done) + end)
             self.stream.flush()
             self.open = not finished
+
+    def shown(self, position, values):
+        """The values a console line shows: with `log.console: brief`, the loss terms the
+        stage's updates train on (named without their update where that is unambiguous);
+        with `full`, every value (the bar leaves out gradient norms)."""
+        if self.console == "full":
+            bar = self.mode == "bar"
+            return {k: v for k, v in values.items() if not (bar and k.endswith("grad_norm"))}
+        stage = self.schedule.stages[position.stage_index]
+        trained = [f"{u.name}/{term}" for u in stage.updates for term, _ in u.loss]
+        present = [key for key in dict.fromkeys(trained) if key in values]
+        terms = [key.split("/", 1)[-1] for key in present]
+        return {
+            (term if terms.count(term) == 1 else key): values[key]
+            for key, term in zip(present, terms, strict=True)
+        }
 
     def bar_text(self, position, done):
         stage = self.schedule.stages[position.stage_index]
@@ -272,7 +289,8 @@ class Progress:
     def _line(self, position, done, values, examples_per_sec):
         stage = self.schedule.stages[position.stage_index]
         stage_left = self.pace(done) * (stage.steps - position.stage_step - 1)
-        text = " ".join(f"{k}={format_number(v)}" for k, v in values.items() if math.isfinite(v))
+        shown = self.shown(position, values)
+        text = " ".join(f"{k}={format_number(v)}" for k, v in shown.items() if math.isfinite(v))
         log.info(
             "[%s] step %d/%d (stage %d/%d) %s | %s ex/s | ETA stage %s, run %s",
             stage.name,

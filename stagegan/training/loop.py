@@ -299,7 +299,8 @@ class MetricsLog(Callback):
     def __init__(self, trainer, runlog, store, start, logs):
         self.trainer, self.runlog, self.logs = trainer, runlog, logs
         self.config = trainer.config
-        self.progress = Progress(trainer.schedule, self.config.log.progress, start)
+        log_config = self.config.log
+        self.progress = Progress(trainer.schedule, log_config.progress, start, log_config.console)
         logs.meter = Meter(logs.began)
         # A resumed run goes on with the log interval it was in (see CheckpointStore.save).
         entry = next((e for e in store.entries() if e["step"] == start), None)
