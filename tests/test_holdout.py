@@ -72,7 +72,7 @@ def test_training_never_draws_a_held_out_image_and_eval_draws_only_those(folder)
         for _ in range(40):  # 200 draws: every training image, most several times
             drawn |= set(values(source.draw(5, None)["x"].numpy()))
         assert drawn == set(range(COUNT)) - held
-        assert source.split["held_out"] == len(held) and len(source.split["files"]) == len(held)
+        assert source.split["held_out_files"] == len(held) == len(source.split["files"])
     pool = sources.reference_pool(options(folder), 0, 10)
     assert pool.held_out and pool.size == len(held)
     assert set(values(pool.load(np.arange(pool.size))[0])) == held
@@ -87,7 +87,7 @@ def test_prepares_records_split_as_the_folder_does(folder, tmp_path):
     stream = sources.ImageSource(records, seed=1, batch_size=COUNT - len(held))
     first = values(stream.draw(None, None)["x"].numpy())  # one pass over the records
     assert first == sorted(set(range(COUNT)) - set(held))
-    assert stream.split["held_out"] == len(held)
+    assert stream.split["held_out_files"] == len(held)
     assert [int(name[3:6]) for name in sorted(stream.split["files"])] == held
     with pytest.raises(sources.ConfigError, match="data.holdout: 0.001 holds out none of the 60"):
         sources.ImageSource({**records, "holdout": 0.001}, seed=1, batch_size=4)
@@ -148,3 +148,11 @@ def test_evals_default_count_passes_over_an_unreadable_held_out_file(tmp_path):
     (folder / f"img{held[0]:03d}.png").write_bytes(b"not a png")
     pool = sources.reference_pool(options(folder), 0, 10)
     assert (pool.size, pool.readable()) == (len(held), len(held) - 1)
+    from stagegan.tasks.base import RandomStreams
+    from stagegan.tasks.unconditional import Unconditional
+
+    for name in held[1:]:  # no held-out image left to evaluate on
+        (folder / f"img{name:03d}.png").write_bytes(b"not a png")
+    task = Unconditional({"data": options(folder, size=32)}, RandomStreams(0))
+    with pytest.raises(sources.ConfigError, match=f"data.holdout: 0 of the {len(held)} held-out"):
+        task.default_eval_count()

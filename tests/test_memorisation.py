@@ -106,7 +106,7 @@ def test_a_run_records_its_split(copiers):
     record = json.loads((run / "holdout.json").read_text())
     held = values(sources.load_images(options(run.parent / "images"), 0, held_out=True))
     assert [int(name[3:6]) for name in record["files"]] == held
-    assert (record["training"], record["held_out"]) == (48, 12)
+    assert (record["training_files"], record["held_out_files"]) == (48, 12)
 
 
 def evaluate(run, *more):
@@ -148,6 +148,7 @@ def test_eval_tells_a_held_out_image_from_a_memorised_one(copiers):
     [
         (["--nearest", "near.jpg"], "--nearest: must end in .png"),
         (["--nearest", "there.png"], "--nearest: {tmp}/there.png already exists"),
+        (["--nearest", "there.png/x.png"], "--nearest: not a folder: {tmp}/there.png"),
         (["--nearest", "x.png", "--no-memorisation"], "--nearest: shows what --no-memorisation"),
         (["--memorisation", "--no-memorisation"], "not allowed with argument"),
     ],

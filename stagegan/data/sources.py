@@ -1008,7 +1008,9 @@ def check_options(options):
             "data.cache", f"must be one of {', '.join(CACHES)}. Received: {options['cache']!r}"
         )
     if options["cache"] != "none" and not SOURCES[source].cached:
-        raise ConfigError("data.cache", f"applies to source folder only, not {source!r}")
+        raise ConfigError(
+            "data.cache", f"applies to source folder only, not {source!r} (set data.cache=none)"
+        )
     check_holdout(options)
     _check_label_options(options)
 
@@ -1135,8 +1137,9 @@ def check_split(options, held_names, training_labels, count, where):
         "holdout": fraction,
         "rule": f"held out: the fingerprint of the file name below data.path falls in the "
         f"lowest {fraction} of its range (stagegan.data.sources.held_out_mask)",
-        "training": count - held,
-        "held_out": held,
+        # files, unreadable ones included (they are passed over when read)
+        "training_files": count - held,
+        "held_out_files": held,
         "files": list(held_names),
     }
 
@@ -1435,7 +1438,7 @@ class TfrecordSource(Source):
         check_memory(self.options, batch_size, *self.held())
         if self.options["holdout"]:
             target.split = tfrecord_split(self.options)
-            check_count(target.split["training"], batch_size, self.options["path"])
+            check_count(target.split["training_files"], batch_size, self.options["path"])
         target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
         if self.options["labels"] is not None:
             target.classes = [str(name) for name in self.options["classes"]]

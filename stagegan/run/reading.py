@@ -334,7 +334,8 @@ def check_output(output, key="--output", suffixes=(".npy", ".png", ".gif")):
     if os.path.lexists(output):
         raise ConfigError(key, f"{output} already exists; not overwritten")
     if not output.parent.is_dir():
-        raise ConfigError(key, f"no such folder: {output.parent}")
+        what = "not a folder" if os.path.lexists(output.parent) else "no such folder"
+        raise ConfigError(key, f"{what}: {output.parent}")
     try:
         probe = tempfile.NamedTemporaryFile(dir=output.parent, prefix=".stagegan-", delete=True)
         probe.close()

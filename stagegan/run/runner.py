@@ -90,13 +90,13 @@ def _resume(plan):
 def record_data(trainer, folder):
     """Write the clusters of a run on `data.labels: clusters` into its folder, unless they
     are there: the classes a resumed run, `sample` and `eval` reuse; and its `data.holdout`
-    split, for people to read."""
+    split as this start found the folder, for people to read."""
     source = getattr(trainer.task, "source", None)
     clustered = getattr(source, "clusters", None)
     if clustered is not None and not (folder.path / RunFolder.CLUSTERS).exists():
         folder.write(RunFolder.CLUSTERS, json.dumps(clustered))
     split = getattr(source, "split", None)
-    if split is not None and not (folder.path / RunFolder.HOLDOUT).exists():
+    if split is not None:  # the folder as this start read it (files may have been added)
         folder.write(RunFolder.HOLDOUT, json.dumps(split, indent=1))
 
 

@@ -42,6 +42,8 @@ from stagegan.data.sources import ImageSource, reference_pool, source_of
 from stagegan.errors import ConfigError, first_line
 from stagegan.runfolder import pictures
 
+MIN_EVAL_IMAGES = 4  # FID, KID and the neighbourhood metrics need this many of each set
+
 # What the memory check (`Task.check_memory`) counts: a parameter as float32 weights, gradient,
 # two Adam slots and an EMA copy; an activation as float32 kept for the backward pass of G and
 # D, twice over (the forward value and its gradient); a sample's float as float32, held by
@@ -517,7 +519,16 @@ class ImageTask(Task):
     def default_eval_count(self):
         """`eval_count`, or all the readable real images when there are fewer."""
         pool = self.load_pool(self.eval_count)
-        return self.eval_count if pool.size > self.eval_count else pool.readable()
+        if pool.size > self.eval_count:
+            return self.eval_count
+        readable = pool.readable()
+        if pool.held_out and readable < MIN_EVAL_IMAGES and self.data.get("holdout"):
+            raise ConfigError(
+                "data.holdout",
+                f"{readable} of the {pool.size} held-out images can be read; an evaluation "
+                f"needs at least {MIN_EVAL_IMAGES} (hold out more, or replace the broken files)",
+            )
+        return readable
 
     def real_batch(self, batch_size):
         """`{"x": uint8 images}` (and `"y"`): the trainer stages them on the draw device and
