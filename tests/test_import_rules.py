@@ -26,8 +26,8 @@ NAMES = list(LAYERS)
 # Every module of these folders, and these modules, import no TensorFlow.
 TF_FREE_FOLDERS = ("config", "runfolder")
 TF_FREE_MODULES = (
-    "errors", "core.schedule", "core.until", "core.variables", "run.resume", "run.reading",
-    "run.trainplan", "cli.main", "cli.launch", "api", "__main__",
+    "errors", "core.monitor", "core.schedule", "core.until", "core.variables", "run.resume",
+    "run.reading", "run.trainplan", "cli.main", "cli.launch", "api", "__main__",
 )  # fmt: skip
 
 

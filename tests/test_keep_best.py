@@ -151,6 +151,19 @@ def test_sample_and_eval_take_checkpoint_best(runs, tmp_path):
     assert metrics["metrics"]["gap"] == pytest.approx(by_hand, abs=1e-6)
 
 
+def test_one_rule_decides_better_for_keep_best_and_plateaus():
+    from stagegan.core.monitor import improves, reading
+
+    assert improves(3.0, None, "min") and improves(3.0, None, "max")  # the first is the best
+    assert improves(2.9, 3.0, "min") and not improves(3.0, 3.0, "min")  # ties do not
+    assert improves(3.1, 3.0, "max") and not improves(2.9, 3.0, "max")
+    assert not improves(2.6, 3.0, "min", min_delta=0.5) and improves(2.4, 3.0, "min", 0.5)
+    assert [reading({"fid": v}, "fid") for v in (2, 2.5, True, None, "x")] == [
+        2.0, 2.5, None, None, None,
+    ]  # fmt: skip
+    assert reading({}, "fid") is None
+
+
 def test_plan_shows_keep_best_and_the_rollback():
     from stagegan.run.planning import describe_checkpoints
 

@@ -29,6 +29,7 @@ import logging
 import math
 
 from stagegan.config.schema import Plateau, Threshold
+from stagegan.core.monitor import improves, reading
 from stagegan.errors import ConfigError
 
 AUGMENT_METRICS = ("augment/p", "augment/rt")  # logged by every stage that augments
@@ -121,8 +122,8 @@ class Conditions:
         return None
 
     def _plateau(self, until, values):
-        value = values.get(until.eval)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        value = reading(values, until.eval)
+        if value is None:
             # Undefined at this step (mog2d's reverse_kl without any high-quality point):
             # this check neither improves nor counts.
             log.warning(
@@ -130,9 +131,7 @@ class Conditions:
                 until.eval,
             )
             return None
-        value = float(value)
-        sign = 1.0 if until.mode == "min" else -1.0
-        if self.best is None or sign * (self.best - value) > until.min_delta:
+        if improves(value, self.best, until.mode, until.min_delta):
             self.best, self.bad = value, 0
             return None
         self.bad += 1

@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.config.schema import Plateau
+from stagegan.core.monitor import improves, reading
 from stagegan.core.until import Conditions
 from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost, WriteError, first_line
 from stagegan.evaluation.evaluate import Evaluation
@@ -570,17 +571,15 @@ class BestKeeper:
     def consider(self, step, values):
         """Whether the evaluation `values` of global step `step` is the best so far (ties go
         to the earlier step); records it when it is."""
-        value = values.get(self.spec.metric)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        value = reading(values, self.spec.metric)
+        if value is None or math.isnan(value):
             log.warning(
                 "checkpoint.keep_best: the evaluation at step %d has no value for %s; not ranked",
                 step,
                 self.spec.metric,
             )
             return False
-        value = float(value)
-        sign = 1.0 if self.spec.mode == "min" else -1.0
-        if self.value is not None and not sign * (self.value - value) > 0:
+        if not improves(value, self.value, self.spec.mode):
             return False
         self.value, self.step = value, step
         return True
