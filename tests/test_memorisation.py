@@ -24,12 +24,15 @@ def by_hand(samples, training, held):
     np.fill_diagonal(within_training, np.inf)
     np.fill_diagonal(within_held, np.inf)
     copies = held_copies = memorised = 0
+    ratios = []
     for i in range(len(samples)):
         t, h = np.argmin(to_training[i]), np.argmin(to_held[i])
         copies += to_training[i, t] < within_training[t].min()
         held_copies += to_held[i, h] < within_held[h].min()
         memorised += to_training[i, t] < to_held[i, h]
-    return copies / len(samples), held_copies / len(samples), memorised / len(samples)
+        ratios.append(to_training[i, t] / within_training[t].min())
+    n = len(samples)
+    return copies / n, held_copies / n, memorised / n, float(np.median(ratios))
 
 
 def test_the_rules_match_distances_written_out(monkeypatch):
@@ -48,10 +51,9 @@ def test_the_rules_match_distances_written_out(monkeypatch):
     flat = lambda x: np.asarray(x, np.float64).reshape(len(x), -1)
     pixels = by_hand(flat((samples + 1) * 127.5), flat(training), flat(held))
     in_features = by_hand(*features)
-    assert (numbers["copies_pixels"], numbers["held_out_copies_pixels"],
-            numbers["memorised_pixels"]) == pytest.approx(pixels)  # fmt: skip
-    assert (numbers["copies"], numbers["held_out_copies"],
-            numbers["memorised"]) == pytest.approx(in_features)  # fmt: skip
+    names = ("copies", "held_out_copies", "memorised", "nearest_ratio")
+    assert [numbers[f"{name}_pixels"] for name in names] == pytest.approx(pixels)
+    assert [numbers[name] for name in names] == pytest.approx(in_features)
     assert numbers["copies_pixels"] >= 10 / 30  # the copies at least
     assert numbers["memorised_chance"] == 40 / 65
     assert found["pixels"][1][:10].tolist() == list(range(10))  # each copy's original
@@ -59,8 +61,9 @@ def test_the_rules_match_distances_written_out(monkeypatch):
 
 def test_a_copy_of_an_image_held_twice_is_a_copy_and_one_image_has_no_neighbour():
     training = np.array([[0.0], [0.0], [10.0], [12.0]])  # image 0 twice: its spacing is 0
-    share, distance, index = memo.closer_than_neighbours(np.array([[0.0], [6.0]]), training)
+    share, ratio, distance, index = memo.closer_than_neighbours(np.array([[0.0], [6.0]]), training)
     assert share == 0.5 and distance.tolist() == [0.0, 4.0] and index[1] == 2
+    assert ratio == 1.0  # the median of 0 (a copy) and 4 / 2
     assert memo.closer_than_neighbours(np.array([[1.0]]), np.array([[0.0]]))[0] is None
 
 
@@ -129,6 +132,7 @@ def test_eval_finds_a_copy_of_a_training_image(copiers, tmp_path):
         assert numbers[f"memorisation/copies{space}"] == 1.0
         assert numbers[f"memorisation/memorised{space}"] == 1.0
         assert numbers[f"memorisation/held_out_copies{space}"] == 1.0
+        assert numbers[f"memorisation/nearest_ratio{space}"] == 0.0  # distance 0
     # 8 rows (the samples) of 4 tiles of 64 px (32 px enlarged), 2 px apart, under a title
     assert png_size(tmp_path / "near.png") == (4 * 64 + 3 * 2, 18 + 8 * 64 + 7 * 2)
 

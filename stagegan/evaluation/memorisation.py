@@ -13,6 +13,11 @@ distances). The rules:
   as a training image to fall that close.
 * `held_out_copies`: the same rule with the held-out images in place of the training images:
   the level a generator that copies nothing reaches. `copies` well above it is memorisation.
+* `nearest_ratio`: the median over samples of that comparison as a number, the distance to
+  the nearest training image over that image's distance to its own nearest (0 for copies,
+  about 1 for samples like the data), and `held_out_nearest_ratio`, its held-out twin: a
+  finer reading than the shares, which a generator that collapsed to one image can fill
+  (every sample then has the same nearest image).
 * `memorised`: the share of samples whose nearest image, among the training and the held-out
   ones together, is a training image. For samples drawn from the data's distribution, training
   and held-out images are alike, so that share is the training images' share of the two sets
@@ -86,18 +91,21 @@ def nearest(queries, references, exclude=None):
 
 
 def closer_than_neighbours(samples, references):
-    """`(share, distance [N], index [N])`: the share of `samples` nearer to their nearest
-    reference than that reference is to any other (or identical to it: a copy of an image
-    the set holds twice), and each sample's nearest. The share is None for fewer than two
-    references (one has no neighbour)."""
+    """`(share, ratio, distance [N], index [N])`: the share of `samples` nearer to their
+    nearest reference than that reference is to any other (or identical to it: a copy of an
+    image the set holds twice), the median of those two distances' ratio (0 for copies), and
+    each sample's nearest. Share and ratio are None for fewer than two references (one has no
+    neighbour)."""
     distance, index = nearest(samples, references)
     if len(references) < 2:
-        return None, distance, index
+        return None, None, distance, index
     chosen = np.unique(index)
     spacing = np.empty(len(references))
     spacing[chosen] = nearest(references[chosen], references, exclude=chosen)[0]
     copies = (distance < spacing[index]) | (distance == 0)
-    return float(np.mean(copies)), distance, index
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(distance == 0, 0.0, distance / spacing[index])
+    return float(np.mean(copies)), float(np.median(ratio)), distance, index
 
 
 def memorisation(samples, sample_features, training, held_out=None):
@@ -125,14 +133,16 @@ def memorisation(samples, sample_features, training, held_out=None):
     found = {"held_out": None}
     for space, query in queries.items():
         suffix = "" if space == "features" else "_pixels"
-        share, distance, index = closer_than_neighbours(query, training.vectors(space))
+        share, ratio, distance, index = closer_than_neighbours(query, training.vectors(space))
         numbers[f"copies{suffix}"] = share
+        numbers[f"nearest_ratio{suffix}"] = ratio
         found[space] = (distance, index)
         if held_out is not None:
-            held_share, held_distance, held_index = closer_than_neighbours(
+            held_share, held_ratio, held_distance, held_index = closer_than_neighbours(
                 query, held_out.vectors(space)
             )
             numbers[f"held_out_copies{suffix}"] = held_share
+            numbers[f"held_out_nearest_ratio{suffix}"] = held_ratio
             numbers[f"memorised{suffix}"] = float(np.mean(distance < held_distance))
             if space == "features":
                 found["held_out"] = held_index
