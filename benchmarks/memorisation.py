@@ -17,6 +17,8 @@ and 2,476), 7,500 steps each:
     trained on  memorised (chance)  memorised_pixels  copies / held_out  pixels: copies / held_out
            188       0.637 (0.470)             0.840      0.491 / 0.344              0.623 / 0.222
          2,524       0.513 (0.505)             0.529      0.100 / 0.105              0.075 / 0.084
+
+and nearest_ratio_pixels / held_out_nearest_ratio_pixels: 0.95 / 1.13 (188), 1.33 / 1.34 (2,524).
 """
 
 import argparse
@@ -36,6 +38,8 @@ SHOWN = (
     "held_out_copies",
     "copies_pixels",
     "held_out_copies_pixels",
+    "nearest_ratio_pixels",
+    "held_out_nearest_ratio_pixels",
 )
 
 
