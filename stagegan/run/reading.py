@@ -272,21 +272,11 @@ def readable_images(files, options, folder, key="--input"):
     return images[ok], ok
 
 
-def write_samples(
-    trainer,
-    output,
-    num,
-    seed=0,
-    ema=True,
-    input_dir=None,
-    batch_size=None,
-    class_name=None,
-    truncation=None,
-    interpolate=None,
-):
+def write_samples(trainer, output, num, seed=0, **options):
     """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
     points), `.png` (the task's picture) or, for a walk (`interpolate`), `.gif` (the images
-    as an animation). Returns a one-line description. See `sample_arrays` for the rest.
+    as an animation). Returns a one-line description. `options` are `sample_arrays`'s (ema,
+    input_dir, batch_size, class_name, truncation, interpolate).
 
     Raises:
         ConfigError: an existing or unsupported output file, `--input` for a task that
@@ -294,13 +284,11 @@ def write_samples(
     """
 
     output = check_output(output)
-    check_walk(num, truncation, interpolate, output)
+    check_walk(num, options.get("truncation"), options.get("interpolate"), output)
     task = trainer.task
     if output.suffix.lower() == ".gif" and "images" not in task.capabilities:
         raise ConfigError("--output", f"a .gif shows images; task {task.name!r} draws none")
-    inputs, outputs, info, used_ema = sample_arrays(
-        trainer, num, seed, ema, input_dir, batch_size, class_name, truncation, interpolate
-    )
+    inputs, outputs, info, used_ema = sample_arrays(trainer, num, seed, **options)
     try:
         if output.suffix.lower() == ".gif":
             pictures.write_gif(outputs["samples"], output)
