@@ -590,7 +590,10 @@ def clusters_record(options, listing):
 
 
 def _relative(name, folder):
-    return os.fsencode(os.path.relpath(name, folder)).decode("utf-8", "surrogateescape")
+    """A file's name below `folder` as text, `/`-separated (bytes that are not UTF-8 kept as
+    surrogates, so `os.fsencode` gives them back)."""
+    name = os.path.relpath(name, folder).replace(os.sep, "/")
+    return os.fsencode(name).decode("utf-8", "surrogateescape")
 
 
 def _recorded_listing(path, files, recorded, skipped):
@@ -1078,7 +1081,7 @@ def held_out_mask(names, fraction):
 
 def relative_name(name, folder):
     """A file's name below `folder` as bytes, `/`-separated: what the split reads."""
-    return os.fsencode(os.path.relpath(name, folder)).replace(os.sep.encode(), b"/")
+    return os.fsencode(_relative(name, folder))
 
 
 def split_listing(listing, fraction):
@@ -1088,16 +1091,12 @@ def split_listing(listing, fraction):
     if not fraction:
         return listing, None
     files = listing.files
-    held = held_out_mask([relative_name(f, listing.path) for f in files], fraction).numpy()
+    names = [_relative(f, listing.path) for f in files]
+    held = held_out_mask([os.fsencode(name) for name in names], fraction).numpy()
     labels = None if listing.labels is None else listing.labels[~held]
-    names = [_relative(f, listing.path) for f, h in zip(files, held, strict=True) if h]
-    record = check_split(
-        {**DEFAULTS, "holdout": fraction, "classes": listing.classes},
-        names,
-        labels,
-        len(files),
-        shown(listing.path),
-    )
+    held_names = [name for name, h in zip(names, held, strict=True) if h]
+    where = shown(listing.path)
+    record = check_split(fraction, listing.classes, held_names, labels, len(files), where)
 
     def part(mask):
         labels = None if listing.labels is None else listing.labels[mask]
@@ -1111,12 +1110,12 @@ def split_listing(listing, fraction):
     return training, held_listing
 
 
-def check_split(options, held_names, training_labels, count, where):
-    """Refuse a `data.holdout` split of `count` images that holds out none, every one, or
-    every image of a class (`training_labels`: the training images' classes, or None), and
-    return the record a run writes of it (`holdout.json`; `held_names`: the held-out names,
-    as text)."""
-    fraction, held = options["holdout"], len(held_names)
+def check_split(fraction, classes, held_names, training_labels, count, where):
+    """Refuse a `data.holdout: fraction` split of `count` images that holds out none, every
+    one, or every image of a class (`training_labels`: the training images' classes, or None;
+    `classes`: their names), and return the record a run writes of it (`holdout.json`;
+    `held_names`: the held-out names, as text)."""
+    held = len(held_names)
     if held in (0, count):
         which = "none" if held == 0 else "every one"
         raise ConfigError(
@@ -1124,10 +1123,10 @@ def check_split(options, held_names, training_labels, count, where):
             f"{fraction} holds out {which} of the {count:,} images of {where} (each is held "
             "out with that probability, by its name)",
         )
-    if training_labels is not None and options["classes"] is not None:
-        kept = np.bincount(training_labels, minlength=len(options["classes"]))
+    if training_labels is not None and classes is not None:
+        kept = np.bincount(training_labels, minlength=len(classes))
         if not kept.all():
-            name = options["classes"][int(np.argmin(kept))]
+            name = classes[int(np.argmin(kept))]
             raise ConfigError(
                 "data.holdout",
                 f"{fraction} holds out every image of class '{name}' of {where}, leaving it "
@@ -1172,7 +1171,8 @@ def tfrecord_split(options):
     if training_labels is not None and len(training_labels):
         if training_labels.min() < 0 or training_labels.max() >= len(options["classes"]):
             training_labels = None  # out-of-range labels: `tfrecord_label_counts` says so
-    return check_split(options, held_names, training_labels, count, options["path"])
+    fraction, classes = options["holdout"], options["classes"]
+    return check_split(fraction, classes, held_names, training_labels, count, options["path"])
 
 
 def check_holdout(options):

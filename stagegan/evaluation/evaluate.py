@@ -269,7 +269,7 @@ class Evaluation:
         """`[training]` or `[training, held-out]` pools of real images (made once)."""
         if self._pools is None:
             task = self.task
-            most = memo.reference_count(None, task.size**2 * task.data["channels"])
+            most = memo.reference_count(None, self.image_bytes)
             training = task.source_kind.training_pool(task.rngs.seed, most)
             pool = task.load_pool(self.count)
             self._pools = [training, pool] if pool.held_out else [training]
@@ -280,23 +280,30 @@ class Evaluation:
         `memorisation/`; nothing unless `wants_memorisation`."""
         if not self.wants_memorisation():
             return {}
-        rng, image_bytes = np.random.default_rng(self.seed), task.size**2 * task.data["channels"]
-        references = []
+        rng, references = np.random.default_rng(self.seed), []
         for pool in self.memorisation_pools():
-            images = memo.draw(pool, memo.reference_count(pool, image_bytes), rng)
+            images = memo.draw(pool, memo.reference_count(pool, self.image_bytes), rng)
             references.append(memo.References(images, self.uint8_features(images)))
         training, held = references[0], references[1] if len(references) > 1 else None
         numbers, found = memo.memorisation(fake, fake_features, training, held)
         if self.nearest is not None:
-            picture = memo.nearest_picture(fake, training, held, found)
-            key = "--nearest"
-            if os.path.lexists(self.nearest):  # made since the command began
-                raise WriteError(key, f"{self.nearest} appeared meanwhile; not overwritten")
-            try:
-                write_png(picture, self.nearest)
-            except OSError as e:
-                raise WriteError(key, f"cannot write {self.nearest}: {e.strerror or e}") from None
-        return {f"memorisation/{key}": value for key, value in numbers.items()}
+            self.write_nearest(memo.nearest_picture(fake, training, held, found))
+        return {f"memorisation/{name}": value for name, value in numbers.items()}
+
+    @property
+    def image_bytes(self):
+        """Bytes of one uint8 image of the task."""
+        return self.task.size**2 * self.task.data["channels"]
+
+    def write_nearest(self, picture):
+        """Write `--nearest`'s picture, unless a file appeared there since the command began."""
+        if os.path.lexists(self.nearest):
+            raise WriteError("--nearest", f"{self.nearest} appeared meanwhile; not overwritten")
+        try:
+            write_png(picture, self.nearest)
+        except OSError as e:
+            message = f"cannot write {self.nearest}: {e.strerror or e}"
+            raise WriteError("--nearest", message) from None
 
     def uint8_features(self, images):
         """`features` of uint8 images, converted a batch at a time."""
