@@ -106,6 +106,108 @@ def test_ada_colour_ops():
     np.testing.assert_array_equal(run_op("saturation", u, grey), grey)
 
 
+# ADA's geometric pipeline, written again in plain numpy: reflect padding, upfirdn with the
+# sym6 filter, bilinear sampling (ADA's augment.py with upfirdn2d and grid_sample).
+
+SYM6 = np.array([0.015404109327027373, 0.0034907120842174702, -0.11799011114819057,
+                 -0.048311742585633, 0.4910559419267466, 0.787641141030194,
+                 0.3379294217276218, -0.07263752278646252, -0.021060292512300564,
+                 0.04472490177066578, 0.0017677118642428036, -0.007800708325034148])  # fmt: skip
+
+
+def np_upfirdn(x, up, down, pad0, pad1, flip):
+    """upfirdn2d's reference on one axis (the first) of x: zero insertion, padding, the
+    filter (flipped unless `flip`, times `up`), decimation."""
+    z = np.zeros((len(x) * up, *x.shape[1:]))
+    z[::up] = x
+    z = np.concatenate([np.zeros((max(pad0, 0), *x.shape[1:])), z,
+                        np.zeros((max(pad1, 0), *x.shape[1:]))])  # fmt: skip
+    z = z[max(-pad0, 0) : len(z) - max(-pad1, 0)]
+    taps = (SYM6 if flip else SYM6[::-1]) / SYM6.sum() * up
+    out = np.stack([np.tensordot(taps, z[i : i + len(taps)], 1) for i in range(len(z) - 11)])
+    return out[::down]
+
+
+def np_warp(image, matrix):
+    h, w, c = image.shape
+    m = max(h, w)
+    padded = np.pad(image, ((m, m), (m, m), (0, 0)), mode="reflect")
+    up = np_upfirdn(np_upfirdn(padded, 2, 1, 6, 5, False).swapaxes(0, 1), 2, 1, 6, 5, False)
+    up = up.swapaxes(0, 1)
+    out = np.zeros((2 * h + 12, 2 * w + 12, c))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            qx, qy = (2 * m - 6 + j + 0.5) / 2 - m - w / 2, (2 * m - 6 + i + 0.5) / 2 - m - h / 2
+            sx, sy, _ = matrix @ [qx, qy, 1.0]
+            x, y = 2 * (sx + w / 2 + m) - 0.5, 2 * (sy + h / 2 + m) - 0.5
+            x0, y0 = int(np.floor(x)), int(np.floor(y))
+            fx, fy = x - x0, y - y0
+            at = lambda yy, xx: up[np.clip(yy, 0, len(up) - 1), np.clip(xx, 0, up.shape[1] - 1)]
+            top = at(y0, x0) * (1 - fx) + at(y0, x0 + 1) * fx
+            out[i, j] = top * (1 - fy) + (at(y0 + 1, x0) * (1 - fx) + at(y0 + 1, x0 + 1) * fx) * fy
+    down = np_upfirdn(out, 1, 2, -1, -1, True).swapaxes(0, 1)
+    return np_upfirdn(down, 1, 2, -1, -1, True).swapaxes(0, 1)
+
+
+def test_geometric_ops_match_adas_pipeline_in_numpy():
+    ops = ["scale", "rotate", "aniso", "xfrac"]
+    u = uniforms(sum(augment.widths(ops)), n=3, seed=7)
+    u[:, [0, 2, 4, 6]] = [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]]
+    images = RNG.uniform(-1, 1, (3, 10, 10, 3)).astype(np.float32)
+    out = augment.apply_ops(images, tf.constant(u), ops, 0.5).numpy()
+    rows = lambda *cols: tf.constant(u[:, cols])
+    matrices = [
+        augment.scale_matrices(rows(1), images.shape),
+        augment.rotate_matrices(rows(3), images.shape),
+        augment.aniso_matrices(rows(5), images.shape),
+        augment.xfrac_matrices(rows(7, 8), images.shape),
+    ]
+    for i in range(3):
+        total = np.eye(3)
+        for gate, matrix in zip(u[i, [0, 2, 4, 6]] < 0.5, matrices, strict=True):
+            total = total @ (matrix.numpy()[i] if gate else np.eye(3))
+        np.testing.assert_allclose(out[i], np_warp(images[i], total), atol=2e-5)
+    # The matrices by hand: image 0 takes all four, scale and aniso by 2^(0.2 N(u)).
+    s = 2 ** (0.2 * NormalDist().inv_cdf(float(u[0, 1])))
+    np.testing.assert_allclose(matrices[0].numpy()[0], np.diag([1 / s, 1 / s, 1]), rtol=1e-5)
+    theta = (2 * u[0, 3] - 1) * np.pi
+    np.testing.assert_allclose(
+        matrices[1].numpy()[0, :2, :2],
+        [[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]], atol=1e-6,
+    )  # fmt: skip
+
+
+def test_warp_is_exact_for_the_identity_and_whole_pixel_shifts():
+    """The sym6 filter pair reconstructs perfectly, so no transform leaves no trace, and a
+    fractional translation by a whole pixel is xint's reflect-padded shift."""
+    images = RNG.uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
+    np.testing.assert_allclose(augment.warp(images, tf.eye(3, batch_shape=[2])), images, atol=1e-5)
+    ones, zeros = tf.ones(2), tf.zeros(2)
+    shift = augment._affine(ones, zeros, zeros, ones, tf.constant([-1.0, 2.0]), -ones * 3)
+    expected = np_shift(images, [3, 3], [1, -2], reflect=True)
+    np.testing.assert_allclose(augment.warp(images, shift), expected, atol=1e-5)
+
+
+def test_hue_and_lumaflip_against_numpy():
+    """Hue turns the colour around the grey axis and keeps its luma; luma flip mirrors the
+    luma and keeps the colour around it (ADA's rotate3d and its Householder matrix)."""
+    u = np.array([[0.8], [0.3], [0.6], [0.1], [0.5]], np.float32)
+    v = np.ones(3) / np.sqrt(3)
+    cross = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])
+    for i, theta in enumerate((2 * u[:, 0] - 1) * np.pi):
+        rotation = np.cos(theta) * np.eye(3) + np.sin(theta) * cross
+        rotation += (1 - np.cos(theta)) * np.outer(v, v)
+        np.testing.assert_allclose(run_op("hue", u)[i], IMAGES[i] @ rotation.T, atol=1e-5)
+    flipped = run_op("lumaflip", u)
+    householder = np.eye(3) - 2 * np.outer(v, v)
+    for i in range(5):
+        expected = IMAGES[i] @ householder.T if u[i, 0] >= 0.5 else IMAGES[i]
+        np.testing.assert_allclose(flipped[i], expected, atol=1e-6)
+    grey = IMAGES[..., :1]
+    for op in ("hue", "lumaflip"):
+        np.testing.assert_array_equal(run_op(op, u, grey), grey)
+
+
 @pytest.mark.parametrize("op", sorted(AUGMENT_OPS))
 def test_a_closed_gate_leaves_the_image(op):
     u = uniforms(AUGMENT_OPS[op])
@@ -228,7 +330,7 @@ def raw_config(npz, towers, strategy, steps):
             "d": {"type": "sgd", "learning_rate": 0.05},
         },
         "augment": {
-            "ops": ["color", "translation", "xint"],
+            "ops": ["color", "translation", "xint", "rotate", "scale", "xfrac"],
             "p": 0.5,
             "target": 0.0,
             "speed": 16,

@@ -455,7 +455,7 @@ def folder_chain(tmp_path_factory):
         "--set", "checkpoint={every: 2, keep: 10}", "--set", "samples=null",
         "--set", "log={every: 1, tensorboard: false}", "--set", "deterministic=true",
         # adaptive augmentation: p and its running sums must resume exactly too
-        "--set", "augment={ops: [translation, cutout, xint], p: 0.3, "
+        "--set", "augment={ops: [translation, cutout, xint, rotate, aniso], p: 0.3, "
         "target: 0.0, speed: 64, interval: 3}",
     ]  # fmt: skip
     env = MINIMAL_ENV

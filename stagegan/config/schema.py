@@ -69,6 +69,12 @@ AUGMENT_OPS = {
     "brightness": 1,
     "contrast": 1,
     "saturation": 1,
+    "scale": 1,
+    "rotate": 1,
+    "aniso": 1,
+    "xfrac": 2,
+    "hue": 1,
+    "lumaflip": 1,
 }
 AUGMENT_DEFAULTS = {
     "ops": ["color", "translation", "cutout"],

@@ -19,10 +19,20 @@ Ops (images in [-1, 1], NHWC), each applied to an image with probability `p`:
   x U(0, 2) around the pixel's channel mean, contrast x U(0.5, 1.5) around the image mean),
   `translation` (by up to 1/8 of the side, integer pixels, zero padding), `cutout` (a square of
   half the side, centred anywhere, set to 0).
-* ADA's leak-safe ones (`training/augment.py`): `xflip`, `rotate90` (0/90/180/270 degrees),
-  `xint` (integer translation by up to 1/8 of the side, reflect padding), `brightness`
-  (+ N(0, 0.2)), `contrast` (x lognormal(0, 0.5 ln 2)), `saturation` (x lognormal(0, ln 2)
-  around the grey axis; colour images only).
+* ADA's leak-safe ones (`training/augment.py`), with ADA's default strengths:
+  - pixel blitting: `xflip`, `rotate90` (0/90/180/270 degrees), `xint` (integer translation
+    by up to 1/8 of the side, reflect padding);
+  - geometric: `scale` (isotropic, x 2^N(0, 0.2)), `rotate` (any angle, uniform in
+    [-180, 180] degrees), `aniso` (x 2^N(0, 0.2) horizontally and its inverse vertically),
+    `xfrac` (fractional translation by N(0, 0.125) of the side on each axis). Consecutive
+    geometric ops of the list make one transform, applied as ADA applies it: the image
+    reflect-padded (`_reflect`), upsampled 2x with the symlet-6 wavelet filter, sampled
+    bilinearly through the transform, filtered and downsampled 2x again (`warp`), so that the
+    padding and the resampling leave no trace a generator could learn;
+  - colour: `brightness` (+ N(0, 0.2)), `contrast` (x lognormal(0, 0.5 ln 2)), `lumaflip`
+    (the luma component mirrored, with probability 1/2), `hue` (a rotation around the grey
+    axis by a uniform angle in [-180, 180] degrees), `saturation` (x lognormal(0, ln 2)
+    around the grey axis). `lumaflip`, `hue` and `saturation` leave grey images unchanged.
 
 The random draws come from the run's augmentation stream, for the whole global batch, before it is
 split across replicas (`Augmenter.draw`), so 1 tower, 4 towers and a mirrored strategy give the
@@ -137,12 +147,22 @@ def apply_ops(images, uniforms, ops, p):
     """
     images = tf.convert_to_tensor(images, tf.float32)
     ps = tuple(p) if isinstance(p, (list, tuple)) else (p,) * len(ops)
-    column = 0
+    column, transform = 0, None  # the geometric ops' (matrices, gates) so far, unapplied
     for op, width, op_p in zip(ops, widths(ops), ps, strict=True):
         u = uniforms[:, column : column + width]
         column += width
         gate = u[:, 0] < op_p
+        if op in GEOMETRIC:
+            matrix = _where_matrix(gate, GEOMETRIC[op](u[:, 1:], images.shape))
+            if transform is not None:
+                matrix, gate = tf.matmul(transform[0], matrix), transform[1] | gate
+            transform = matrix, gate
+            continue
+        if transform is not None:
+            images, transform = _where(transform[1], warp(images, transform[0]), images), None
         images = OP_FUNCTIONS[op](images, u[:, 1:], gate)
+    if transform is not None:  # an image that no geometric op took is returned as it was
+        images = _where(transform[1], warp(images, transform[0]), images)
     return images
 
 
@@ -280,6 +300,161 @@ def saturation(images, u, gate):
     return _where(gate, along + (images - along) * _per_image(scale), images)
 
 
+def _luma_matrix(images, matrices):
+    """Each image's colours through its 3x3 matrix [N, 3, 3] (pixel rows: c' = M c)."""
+    return tf.einsum("nij,nhwj->nhwi", matrices, images)
+
+
+LUMA = tf.constant([1.0, 1.0, 1.0]) / math.sqrt(3.0)
+
+
+def lumaflip(images, u, gate):
+    """ADA's luma flip: with probability 1/2, c' = (I - 2 v v^T) c, v the grey axis."""
+    if images.shape[-1] != 3:
+        return images
+    flip = tf.cast(tf.floor(u[:, 0] * 2.0) >= 1.0, tf.float32)
+    householder = tf.eye(3) - 2.0 * LUMA[:, None] * LUMA[None, :]
+    matrices = tf.where(flip[:, None, None] > 0, householder, tf.eye(3)[None])
+    return _where(gate, _luma_matrix(images, matrices), images)
+
+
+def hue_matrices(theta):
+    """Rotations by `theta` [N] around the grey axis (Rodrigues' formula), [N, 3, 3]."""
+    a = 1.0 / math.sqrt(3.0)
+    cross = tf.constant([[0.0, -a, a], [a, 0.0, -a], [-a, a, 0.0]])  # v x c = cross @ c
+    outer = LUMA[:, None] * LUMA[None, :]
+    c, s = tf.cos(theta)[:, None, None], tf.sin(theta)[:, None, None]
+    return c * tf.eye(3) + s * cross + (1.0 - c) * outer
+
+
+def hue(images, u, gate):
+    """ADA's hue rotation: around the grey axis by a uniform angle in [-pi, pi]."""
+    if images.shape[-1] != 3:
+        return images
+    theta = (u[:, 0] * 2.0 - 1.0) * math.pi
+    return _where(gate, _luma_matrix(images, hue_matrices(theta)), images)
+
+
+# ADA's general geometric ops: each gives 3x3 matrices [N, 3, 3] that map an output pixel's
+# position (x, y, 1), relative to the image centre, to where it samples the input.
+
+SCALE_STD = 0.2  # ADA, log2 units
+ANISO_STD = 0.2
+XFRAC_STD = 0.125  # of the side
+# ADA's geometric filter: the symlet-6 wavelet's low-pass (`wavelets['sym6']` in its augment.py)
+SYM6 = (0.015404109327027373, 0.0034907120842174702, -0.11799011114819057, -0.048311742585633,
+        0.4910559419267466, 0.787641141030194, 0.3379294217276218, -0.07263752278646252,
+        -0.021060292512300564, 0.04472490177066578, 0.0017677118642428036,
+        -0.007800708325034148)  # fmt: skip
+FILTER_PAD = len(SYM6) // 4  # ADA's Hz_pad: input pixels the filter reaches past the image
+
+
+def _affine(a, b, c, d, tx=None, ty=None):
+    """[N, 3, 3] matrices [[a, b, tx], [c, d, ty], [0, 0, 1]] from [N] tensors."""
+    zeros = tf.zeros_like(a)
+    tx = zeros if tx is None else tx
+    ty = zeros if ty is None else ty
+    rows = [tf.stack([a, b, tx], -1), tf.stack([c, d, ty], -1)]
+    rows.append(tf.stack([zeros, zeros, tf.ones_like(a)], -1))
+    return tf.stack(rows, axis=1)
+
+
+def _where_matrix(gate, matrices):
+    return tf.where(gate[:, None, None], matrices, tf.eye(3, batch_shape=[1]))
+
+
+def scale_matrices(u, shape):
+    s = tf.pow(2.0, _normal(u[:, 0]) * SCALE_STD)
+    return _affine(1.0 / s, tf.zeros_like(s), tf.zeros_like(s), 1.0 / s)
+
+
+def rotate_matrices(u, shape):
+    theta = (u[:, 0] * 2.0 - 1.0) * math.pi
+    c, s = tf.cos(theta), tf.sin(theta)
+    return _affine(c, -s, s, c)
+
+
+def aniso_matrices(u, shape):
+    s = tf.pow(2.0, _normal(u[:, 0]) * ANISO_STD)
+    return _affine(1.0 / s, tf.zeros_like(s), tf.zeros_like(s), s)
+
+
+def xfrac_matrices(u, shape):
+    """Translation by N(0, 1/8) of the side on each axis (the input moves by +t)."""
+    tx = -_normal(u[:, 0]) * XFRAC_STD * shape[2]
+    ty = -_normal(u[:, 1]) * XFRAC_STD * shape[1]
+    ones, zeros = tf.ones_like(tx), tf.zeros_like(tx)
+    return _affine(ones, zeros, zeros, ones, tx, ty)
+
+
+GEOMETRIC = {
+    "scale": scale_matrices,
+    "rotate": rotate_matrices,
+    "aniso": aniso_matrices,
+    "xfrac": xfrac_matrices,
+}
+
+
+def _fir(images, axis, up, down, pad0, pad1, flip):
+    """upfirdn along `axis` (1: rows, 2: columns) of NHWC images, as ADA's `upfirdn2d` does it
+    on one axis: insert `up - 1` zeros after each sample, pad with `pad0`/`pad1` zeros
+    (negative: crop), correlate with the filter (reversed unless `flip`; times `up`), keep
+    every `down`-th sample."""
+    if axis == 2:
+        images = tf.transpose(images, [0, 2, 1, 3])
+    n, length, rest, channels = images.shape
+    n = tf.shape(images)[0]
+    x = tf.reshape(images, [n, length, rest * channels, 1])
+    if up > 1:
+        x = tf.stack([x] + [tf.zeros_like(x)] * (up - 1), axis=2)
+        x = tf.reshape(x, [n, length * up, rest * channels, 1])
+    x = tf.pad(x, [[0, 0], [max(pad0, 0), max(pad1, 0)], [0, 0], [0, 0]])
+    x = x[:, max(-pad0, 0) : x.shape[1] - max(-pad1, 0)]
+    taps = tf.constant(SYM6 if flip else SYM6[::-1], tf.float32) / sum(SYM6) * up
+    x = tf.nn.conv2d(x, tf.reshape(taps, [-1, 1, 1, 1]), [1, down, 1, 1], "VALID")
+    out = tf.reshape(x, [n, x.shape[1], rest, channels])
+    return tf.transpose(out, [0, 2, 1, 3]) if axis == 2 else out
+
+
+def warp(images, matrices):
+    """Images [N, H, W, C] through per-image 3x3 transforms (output position, relative to the
+    centre, -> input position), as ADA's geometric pipeline does it: reflect padding (by the
+    side: whatever a transform reaches beyond that repeats the edge), 2x upsampling with the
+    sym6 filter, bilinear sampling at 2x, filtering and 2x downsampling back to H x W. The
+    identity transform returns the images exactly (to float rounding)."""
+    h, w = images.shape[1], images.shape[2]
+    m = max(h, w)  # the reflect margin
+    rows, cols = _reflect(tf.range(-m, h + m), h), _reflect(tf.range(-m, w + m), w)
+    padded = tf.gather(tf.gather(images, rows, axis=1), cols, axis=2)
+    up = _fir(_fir(padded, 1, 2, 1, 6, 5, False), 2, 2, 1, 6, 5, False)
+    uh, uw = up.shape[1], up.shape[2]
+    # The output at 2x covers the image and FILTER_PAD input pixels around it; position of
+    # 2x pixel j in input pixel units, relative to the centre.
+    margin = 2 * FILTER_PAD
+    qy = (tf.range(2 * m - margin, 2 * (m + h) + margin, dtype=tf.float32) + 0.5) / 2 - m - h / 2
+    qx = (tf.range(2 * m - margin, 2 * (m + w) + margin, dtype=tf.float32) + 0.5) / 2 - m - w / 2
+    gy, gx = tf.meshgrid(qy, qx, indexing="ij")
+    grid = tf.stack([tf.reshape(gx, [-1]), tf.reshape(gy, [-1]), tf.ones([tf.size(gx)])], 0)
+    source = tf.einsum("nij,jk->nik", matrices, grid)  # [N, 3, P]
+    sx = 2.0 * (source[:, 0] + w / 2 + m) - 0.5  # in 2x pixel indices
+    sy = 2.0 * (source[:, 1] + h / 2 + m) - 0.5
+    x0, y0 = tf.floor(sx), tf.floor(sy)
+    fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
+    flat = tf.reshape(up, [tf.shape(up)[0], uh * uw, up.shape[3]])
+
+    def at(y, x):
+        y = tf.clip_by_value(tf.cast(y, tf.int32), 0, uh - 1)
+        x = tf.clip_by_value(tf.cast(x, tf.int32), 0, uw - 1)
+        return tf.gather(flat, y * uw + x, batch_dims=1)
+
+    top = at(y0, x0) * (1 - fx) + at(y0, x0 + 1) * fx
+    bottom = at(y0 + 1, x0) * (1 - fx) + at(y0 + 1, x0 + 1) * fx
+    sampled = top * (1 - fy) + bottom * fy
+    sampled = tf.reshape(sampled, [-1, qy.shape[0], qx.shape[0], images.shape[3]])
+    out = _fir(_fir(sampled, 1, 1, 2, -1, -1, True), 2, 1, 2, -1, -1, True)
+    return tf.ensure_shape(out, [None, h, w, images.shape[3]])
+
+
 OP_FUNCTIONS = {
     "color": color,
     "translation": translation,
@@ -290,4 +465,6 @@ OP_FUNCTIONS = {
     "brightness": brightness,
     "contrast": contrast,
     "saturation": saturation,
+    "hue": hue,
+    "lumaflip": lumaflip,
 }

@@ -66,16 +66,22 @@ class _SpectralLayer(keras.layers.Layer):
     """Shared parts: the kernel, bias and power-iteration vector `u`, and the normalised
     kernel in the compute dtype."""
 
-    def __init__(self, units, activation=None, **kwargs):
+    def __init__(
+        self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform", **kwargs
+    ):
         super().__init__(**kwargs)
         self.units = units
         self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def _add_weights(self, kernel_shape):
         self.kernel = self.add_weight(
-            name="kernel", shape=kernel_shape, initializer="glorot_uniform"
+            name="kernel", shape=kernel_shape, initializer=self.kernel_initializer
         )
-        self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         self.u = self.add_weight(
             name="u",
             shape=(self.units,),
@@ -101,7 +107,14 @@ class _SpectralLayer(keras.layers.Layer):
             **super().get_config(),
             "units": self.units,
             "activation": keras.activations.serialize(self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }
+
+    def _add_bias(self, out):
+        if self.bias is None:
+            return self.activation(out)
+        return self.activation(out + tf.cast(self.bias.value, self.compute_dtype))
 
 
 class SpectralDense(_SpectralLayer):
@@ -112,8 +125,7 @@ class SpectralDense(_SpectralLayer):
 
     def call(self, inputs):
         kernel = self.normalised_kernel()
-        out = tf.matmul(inputs, kernel) + tf.cast(self.bias.value, self.compute_dtype)
-        return self.activation(out)
+        return self._add_bias(tf.matmul(inputs, kernel))
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.units)
@@ -133,8 +145,7 @@ class SpectralConv2D(_SpectralLayer):
 
     def call(self, inputs):
         kernel = self.normalised_kernel()
-        out = tf.nn.conv2d(inputs, kernel, self.strides, "SAME")
-        return self.activation(out + tf.cast(self.bias.value, self.compute_dtype))
+        return self._add_bias(tf.nn.conv2d(inputs, kernel, self.strides, "SAME"))
 
     def compute_output_shape(self, input_shape):
         n, h, w = input_shape[:3]
@@ -173,15 +184,18 @@ def power_iteration_hook(networks, variables):
     return advance
 
 
-def dense(units, name, spectral_norm=False, activation=None):
+def dense(units, name, spectral_norm=False, activation=None, initializer="glorot_uniform"):
     """A `Dense` layer, spectrally normalised on request."""
-    if spectral_norm:
-        return SpectralDense(units, activation=activation, name=name)
-    return keras.layers.Dense(units, activation=activation, name=name)
+    kind = SpectralDense if spectral_norm else keras.layers.Dense
+    return kind(units, activation=activation, kernel_initializer=initializer, name=name)
 
 
-def conv2d(filters, kernel_size, strides, name, spectral_norm=False):
+def conv2d(
+    filters, kernel_size, strides, name, spectral_norm=False, use_bias=True,
+    initializer="glorot_uniform",
+):  # fmt: skip
     """A "same"-padded `Conv2D`, spectrally normalised on request."""
+    options = dict(strides=strides, use_bias=use_bias, kernel_initializer=initializer, name=name)
     if spectral_norm:
-        return SpectralConv2D(filters, kernel_size, strides=strides, name=name)
-    return keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", name=name)
+        return SpectralConv2D(filters, kernel_size, **options)
+    return keras.layers.Conv2D(filters, kernel_size, padding="same", **options)

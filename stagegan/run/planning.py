@@ -19,6 +19,23 @@ def describe_checkpoints(config):
     return lines
 
 
+def describe_networks(task, scopes):
+    """The plan's lines on each network: its architecture (the task's words for its built-in
+    ones) and trainable parameters; the discriminator's packing and spectral norm."""
+    words = task.describe_networks()
+    pack, norm = task.pack, task.model.get("spectral_norm")
+    extra = [f"packs {pack} samples per input (PacGAN)"] if pack > 1 else []
+    extra += ["spectral normalisation"] if norm else []
+    lines = []
+    for scope, line in words.items():
+        trainable = [v for v in scopes.get(scope, []) if v.trainable]
+        parts = [line, f"{count_parameters(trainable):,} trainable parameters"]
+        lines.append(f"{scope}: " + ", ".join(parts + (extra if scope == "discriminator" else [])))
+    if extra and "discriminator" not in words:
+        lines.append("discriminator: " + ", ".join(extra))
+    return lines
+
+
 def describe_plan(trainer):
     """A human-readable plan of a built and traced `Trainer`."""
     config, schedule = trainer.config, trainer.schedule
@@ -55,16 +72,7 @@ def describe_plan(trainer):
         )
     )
     lines += describe_data(trainer.task)
-    options = trainer.task.model
-    pack, norm = trainer.task.pack, options.get("spectral_norm")
-    if pack > 1 or norm:
-        lines.append(
-            "discriminator: "
-            + ", ".join(
-                ([f"packs {pack} samples per input (PacGAN)"] if pack > 1 else [])
-                + (["spectral normalisation"] if norm else [])
-            )
-        )
+    lines += describe_networks(trainer.task, scopes)
     if config.ema is not None:
         ema = config.ema
         lines.append(

@@ -320,6 +320,11 @@ class Task:
         check_memory(listed, {blamed: values[blamed][0]}, blamed)
         return per_sample is not None
 
+    def describe_networks(self):
+        """`{scope: one line}` on the architecture of the task's own networks, for `plan`
+        (the default: nothing to say)."""
+        return {}
+
     def builds_own(self, scope):
         """Whether network `scope` is the task's own (no `model.<scope>` names a builder)."""
         return self.model.get(scope) is None

@@ -31,7 +31,8 @@ from stagegan.core.layers import conv2d, dense
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
-from stagegan.tasks.base import ImageTask, adversarial_losses, float32, positive
+from stagegan.tasks import resnet
+from stagegan.tasks.base import ImageTask, adversarial_losses, choice, float32, positive
 
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
@@ -52,8 +53,11 @@ class Unconditional(ImageTask):
     defaults = {
         "data": dict(DATA_DEFAULTS),
         "model": {
+            "arch": "dcgan",
             "latent_dim": 64,
             "width": 64,
+            "blocks": 1,
+            "attention": None,
             "batchnorm": True,
             "pack": 1,
             "spectral_norm": False,
@@ -71,8 +75,21 @@ class Unconditional(ImageTask):
     def __init__(self, options, rngs):
         super().__init__(options, rngs)
         self.size = self.data["size"]
-        if self.size not in START:
-            raise ConfigError("data.size", f"must be 28, 32 or 64. Received: {self.size}")
+        self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet"))
+        if self.arch == "resnet":
+            resnet.check_options(self.model, self.size)
+        elif self.size not in START:
+            raise ConfigError(
+                "data.size", f"must be 28, 32 or 64 (128 with model.arch: resnet). Received: "
+                f"{self.size}"
+            )
+        else:
+            for key, default in (("blocks", 1), ("attention", None)):
+                if self.model[key] != default:
+                    raise ConfigError(
+                        f"model.{key}", "applies to model.arch: resnet only (the run's arch "
+                        f"is dcgan). Received: {self.model[key]!r}"
+                    )
         positive(self.model, "model", "latent_dim")
         positive(self.model, "model", "width")
         self.pack = positive(self.model, "model", "pack")
@@ -100,12 +117,37 @@ class Unconditional(ImageTask):
             inputs = ([latent, ()], [packed, (self.pack,)])
         else:
             builders, inputs = (generator, discriminator), (latent, packed)
+        if self.arch == "resnet":
+            builders = (resnet.generator, resnet.discriminator)
         self.generator = self.build_network("generator", builders[0], inputs[0], image)
         self.discriminator = self.build_network("discriminator", builders[1], inputs[1], (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
+    def describe_networks(self):
+        """`{scope: one line}` on the built-in networks' architecture, for `plan`."""
+        lines = {}
+        for scope in ("generator", "discriminator"):
+            if not self.builds_own(scope):
+                continue
+            if self.arch == "resnet":
+                lines[scope] = resnet.describe(self, scope)
+            else:
+                ups = UPSAMPLINGS[self.size]
+                lines[scope] = (
+                    f"dcgan: {ups} transposed-conv up-blocks {START[self.size]}->{self.size} px"
+                    if scope == "generator"
+                    else f"dcgan: {ups} strided convs {self.size}->{self.size // 2**ups} px"
+                )
+        return lines
+
     def network_sizes(self):
+        if self.arch == "resnet":
+            keys = ("model.width", "model.blocks")
+            image = ("model.width", "data.size")
+            scopes = [s for s in ("generator", "discriminator") if self.builds_own(s)]
+            parameters = [(keys, resnet.parameter_count(self, s)) for s in scopes]
+            return parameters, [(image, resnet.activation_floats(self, s)) for s in scopes]
         size, channels, latent = self.size, self.data["channels"], self.model["latent_dim"]
         width, start, ups, pack = self.model["width"], START[size], UPSAMPLINGS[size], self.pack
         parameters, activations = [], []
