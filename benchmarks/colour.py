@@ -10,7 +10,8 @@ its start-up seconds and seconds per step; `--steps NAME=N` skips that), then gi
 that fill `--minutes` (80% in the preset's first stage, 20% in its polish). Every run holds out
 `--holdout` of the folder (`data.holdout`), so the numbers are against images no run trained on:
 
-  * `stagegan eval --json --features selfsup --memorisation` with 1,000 samples: fid, kid,
+  * `stagegan eval --json --features selfsup --memorisation` (as many samples as held-out
+    images): fid, kid,
     precision, recall, density, coverage, c2st against the held-out images (in self-supervised
     features trained on them with a fixed seed: the same for every run on the same folder),
     and the memorisation numbers (copies, memorised against its chance level);
@@ -18,7 +19,7 @@ that fill `--minutes` (80% in the preset's first stage, 20% in its polish). Ever
     samples and the held-out images, computed here with numpy.
 
 One JSON row per run (`--json` appends them to a file); the runs stay in `--out`, with their
-sample grids in `samples/`.
+sample grids in `samples/`; a run already there is evaluated again, not retrained.
 """
 
 import argparse
@@ -117,9 +118,13 @@ def main():
     for seed in map(int, args.seeds.split(",")):
         for name, (config, sets) in arms.items():
             run = args.out / f"{name}-s{seed}"
-            seconds = train(args, run, config, sets, budget[name], seed)
+            if (run / "checkpoints").is_dir():  # trained already (an earlier invocation)
+                last = (run / "metrics.jsonl").read_text().splitlines()[-1]
+                seconds = json.loads(last)["time"]
+            else:
+                seconds = train(args, run, config, sets, budget[name], seed)
             evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
-                                 "--count", "1000", "--memorisation")  # fmt: skip
+                                 "--memorisation")  # fmt: skip
             metrics = json.loads(evaluated)["metrics"]
             stagegan("sample", "--run", str(run), "--num", "1000", "--output",
                      str(run / "samples.npy"))  # fmt: skip

@@ -305,7 +305,8 @@ def _luma_matrix(images, matrices):
     return tf.einsum("nij,nhwj->nhwi", matrices, images)
 
 
-LUMA = tf.constant([1.0, 1.0, 1.0]) / math.sqrt(3.0)
+LUMA = (1 / math.sqrt(3.0),) * 3  # the grey axis, a unit vector (a tensor at import would
+# start TensorFlow's devices before the trainer sets them up)
 
 
 def lumaflip(images, u, gate):
@@ -313,7 +314,8 @@ def lumaflip(images, u, gate):
     if images.shape[-1] != 3:
         return images
     flip = tf.cast(tf.floor(u[:, 0] * 2.0) >= 1.0, tf.float32)
-    householder = tf.eye(3) - 2.0 * LUMA[:, None] * LUMA[None, :]
+    v = tf.constant(LUMA)
+    householder = tf.eye(3) - 2.0 * v[:, None] * v[None, :]
     matrices = tf.where(flip[:, None, None] > 0, householder, tf.eye(3)[None])
     return _where(gate, _luma_matrix(images, matrices), images)
 
@@ -322,7 +324,8 @@ def hue_matrices(theta):
     """Rotations by `theta` [N] around the grey axis (Rodrigues' formula), [N, 3, 3]."""
     a = 1.0 / math.sqrt(3.0)
     cross = tf.constant([[0.0, -a, a], [a, 0.0, -a], [-a, a, 0.0]])  # v x c = cross @ c
-    outer = LUMA[:, None] * LUMA[None, :]
+    v = tf.constant(LUMA)
+    outer = v[:, None] * v[None, :]
     c, s = tf.cos(theta)[:, None, None], tf.sin(theta)[:, None, None]
     return c * tf.eye(3) + s * cross + (1.0 - c) * outer
 

@@ -1003,7 +1003,9 @@ def check_options(options):
     if options["size"] < 4:
         raise ConfigError("data.size", f"must be at least 4. Received: {options['size']}")
     if options["channels"] not in (1, 3):
-        raise ConfigError("data.channels", f"must be 1 or 3. Received: {options['channels']}")
+        raise ConfigError(
+            "data.channels", f"must be 1, 3 or auto. Received: {options['channels']!r}"
+        )
     if options["count"] < 1:
         raise ConfigError("data.count", f"must be positive. Received: {options['count']}")
     if options["cache"] not in CACHES:
@@ -1442,6 +1444,89 @@ class TfrecordSource(Source):
         target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
         if self.options["labels"] is not None:
             target.classes = [str(name) for name in self.options["classes"]]
+
+
+PEEK_IMAGES = 64  # images `decide_channels` looks at
+GREY_TOLERANCE = 2  # grey: |R - G| and |G - B| at most this many levels in every pixel
+
+
+def decide_channels(options):
+    """`(channels, words)` for `data.channels: auto`: 1 when every one of up to
+    `PEEK_IMAGES` images, spread evenly over the data (a folder's sorted listing, an npz's
+    array, the first records of a TFRecord source), is grey (R = G = B within
+    `GREY_TOLERANCE` levels), else 3. `words` say what was seen, for the plan and the log.
+
+    Files are decoded with Pillow (matplotlib's own dependency), not TensorFlow: the task
+    decides before the trainer sets up its devices, which a TensorFlow op would fix."""
+    peek = {**options, "channels": 3, "holdout": 0.0}
+    if peek["source"] == "folder" and peek["labels"] == "clusters":
+        peek["labels"] = peek["clusters"] = None  # the decision needs no clusters
+    check_options(peek)
+    kind = source_of(peek)
+    if isinstance(kind, FolderSource):
+        files = list_folder(peek).files
+        images = [_peek_file(files[i]) for i in _spread(len(files))]
+    elif isinstance(kind, TfrecordSource):
+        images = _peek_records(peek)
+    else:
+        images = kind.load(0)
+        images = [images[i] for i in _spread(len(images))]
+    images = [image for image in images if image is not None]
+    if not images:
+        return 3, "no readable image to look at: colour"
+    coloured = sum(not _is_grey(image) for image in images)
+    if coloured:
+        return 3, f"{coloured} of the {len(images)} images looked at are in colour"
+    return 1, f"all {len(images)} images looked at are grey"
+
+
+def _spread(count):
+    return np.unique(np.linspace(0, count - 1, min(count, PEEK_IMAGES)).astype(int))
+
+
+def _is_grey(image):
+    rgb = np.asarray(image, np.int16)
+    if rgb.ndim < 3 or rgb.shape[-1] == 1:
+        return True
+    gaps = np.maximum(np.abs(rgb[..., 0] - rgb[..., 1]), np.abs(rgb[..., 1] - rgb[..., 2]))
+    return int(gaps.max()) <= GREY_TOLERANCE
+
+
+def _peek_bytes(raw):
+    """An image's pixels (uint8, RGB) from its encoded bytes, or None when unreadable."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.draft("RGB", (64, 64))  # JPEG: decode at a reduced size
+            return np.asarray(image.convert("RGB"))
+    except (OSError, ValueError, SyntaxError):  # Pillow's errors for a broken file
+        return None
+
+
+def _peek_file(name):
+    return _peek_bytes(read_regular_file(name) or b"")
+
+
+def _peek_records(options):
+    """The first `PEEK_IMAGES` images of a TFRecord source, read without starting
+    TensorFlow's devices (its record iterator and the Example proto)."""
+    from tensorflow.core.example.example_pb2 import Example
+
+    images = []
+    for path in tfrecord_files(options):
+        try:
+            for record in tf.compat.v1.io.tf_record_iterator(str(path)):
+                feature = Example.FromString(record).features.feature.get(options["image_feature"])
+                if feature is not None and feature.bytes_list.value:
+                    images.append(_peek_bytes(feature.bytes_list.value[0]))
+                if len(images) >= PEEK_IMAGES:
+                    return images
+        except (OSError, tf.errors.OpError):  # unreadable: the source's own check says so
+            continue
+    return images
 
 
 class ImageSource:

@@ -152,6 +152,7 @@ def describe_data(task):
     lines = [
         f"data: {options['source']}{where} ({count}{how}), {options['size']} px, "
         f"{options['channels']} channel{'s' if options['channels'] > 1 else ''}"
+        + (f" (data.channels auto: {task.channels_decided})" if task.channels_decided else "")
     ]
     if source.classes is not None:
         counts = source.class_counts

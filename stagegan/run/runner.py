@@ -46,6 +46,10 @@ def _start(plan):
     trainer = Trainer(config)
     if chief:
         announce(trainer.placement)
+        decided = getattr(trainer.task, "channels_decided", None)
+        if decided:
+            channels = trainer.task.data["channels"]
+            log.info("data.channels auto: %d (%s)", channels, decided)
     if plan.init_prefix is not None:
         warm_start(trainer, plan.init_prefix)
     if chief:
@@ -55,6 +59,9 @@ def _start(plan):
         return worker(trainer, plan.run_dir)
     folder = RunFolder.create(plan.run_dir, name=config.name)
     lock = folder.lock()  # noqa: F841 - held while training
+    if trainer.task.data.get("channels") != config.data.get("channels"):  # `auto`, decided
+        data = {**config.data, "channels": trainer.task.data["channels"]}
+        config = dataclasses.replace(config, data=data, raw={**config.raw, "data": data})
     folder.write(RunFolder.CONFIG, config.to_yaml())
     record_data(trainer, folder)
     log.info("run folder: %s", folder.path)

@@ -38,7 +38,7 @@ import tensorflow as tf
 from stagegan.config.schema import format_key_path
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import pack, unpack
-from stagegan.data.sources import ImageSource, reference_pool, source_of
+from stagegan.data.sources import ImageSource, decide_channels, reference_pool, source_of
 from stagegan.errors import ConfigError, first_line
 from stagegan.runfolder import pictures
 
@@ -450,6 +450,21 @@ class ImageTask(Task):
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
     _reference = None  # the `Pool` of `reference_images`, once loaded
+    channels_decided = None  # with `data.channels: auto`: what decided it (`decide_channels`)
+
+    def __init__(self, options, rngs):
+        data = (options.get("data") or {}) if isinstance(options, dict) else {}
+        if isinstance(data.get("channels"), str) and data["channels"] != "auto":
+            raise ConfigError(
+                "data.channels", f"must be 1, 3 or auto. Received: {data['channels']!r}"
+            )
+        if data.get("channels") == "auto":  # decided from the data before anything reads it
+            merged = merge_options(
+                {"data": {**data, "channels": 3}}, {"data": self.defaults["data"]}
+            )
+            channels, self.channels_decided = decide_channels(merged["data"])
+            options = {**options, "data": {**data, "channels": channels}}
+        super().__init__(options, rngs)
 
     sample_keys = ("data.size",)
 

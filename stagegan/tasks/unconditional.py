@@ -80,15 +80,16 @@ class Unconditional(ImageTask):
             resnet.check_options(self.model, self.size)
         elif self.size not in START:
             raise ConfigError(
-                "data.size", f"must be 28, 32 or 64 (128 with model.arch: resnet). Received: "
-                f"{self.size}"
+                "data.size",
+                f"must be 28, 32 or 64 (128 with model.arch: resnet). Received: {self.size}",
             )
         else:
             for key, default in (("blocks", 1), ("attention", None)):
                 if self.model[key] != default:
                     raise ConfigError(
-                        f"model.{key}", "applies to model.arch: resnet only (the run's arch "
-                        f"is dcgan). Received: {self.model[key]!r}"
+                        f"model.{key}",
+                        "applies to model.arch: resnet only (the run's arch "
+                        f"is dcgan). Received: {self.model[key]!r}",
                     )
         positive(self.model, "model", "latent_dim")
         positive(self.model, "model", "width")
