@@ -62,7 +62,8 @@ def test_plan_says_grey_and_a_bad_value_names_the_key(tmp_path):
     images = folder(tmp_path / "images")
     result = inprocess("plan", "--config", "dcgan_folder", "--set", f"data.path={images}", *COMMON)
     assert result.returncode == 0, result.stderr
-    assert "28 px, 1 channel (data.channels auto: all 20 images looked at are grey)" in result.stdout
+    words = "28 px, 1 channel (data.channels auto: all 20 images looked at are grey)"
+    assert words in result.stdout
     for value in ("rgb", "2"):
         result = inprocess("plan", "--config", "dcgan_folder", "--set", f"data.path={images}",
                            "--set", f"data.channels={value}")  # fmt: skip
