@@ -46,10 +46,8 @@ def _start(plan):
     trainer = Trainer(config)
     if chief:
         announce(trainer.placement)
-        decided = getattr(trainer.task, "channels_decided", None)
-        if decided:
-            channels = trainer.task.data["channels"]
-            log.info("data.channels auto: %d (%s)", channels, decided)
+        for key, value, why in trainer.task.decided_options():
+            log.info("%s auto: %s (%s)", key, value, why)
     if plan.init_prefix is not None:
         warm_start(trainer, plan.init_prefix)
     if chief:
@@ -59,9 +57,7 @@ def _start(plan):
         return worker(trainer, plan.run_dir)
     folder = RunFolder.create(plan.run_dir, name=config.name)
     lock = folder.lock()  # noqa: F841 - held while training
-    if trainer.task.data.get("channels") != config.data.get("channels"):  # `auto`, decided
-        data = {**config.data, "channels": trainer.task.data["channels"]}
-        config = dataclasses.replace(config, data=data, raw={**config.raw, "data": data})
+    config = record_decisions(config, trainer.task)
     folder.write(RunFolder.CONFIG, config.to_yaml())
     record_data(trainer, folder)
     log.info("run folder: %s", folder.path)
@@ -92,6 +88,18 @@ def _resume(plan):
     record_data(trainer, RunFolder(resume.run_dir))
     train(trainer, resume.run_dir)
     return resume.run_dir
+
+
+def record_decisions(config, task):
+    """`config` with the values the task decided for its `auto` options, which the run's
+    config.yaml records (a resume, `sample` and `eval` then use them as they are)."""
+    raw = dict(config.raw)
+    for key, value, _ in task.decided_options():
+        section, name = key.split(".")
+        raw[section] = {**raw.get(section, {}), name: value}
+    return dataclasses.replace(
+        config, data=raw.get("data", config.data), model=raw.get("model", config.model), raw=raw
+    )
 
 
 def record_data(trainer, folder):

@@ -320,6 +320,11 @@ class Task:
         check_memory(listed, {blamed: values[blamed][0]}, blamed)
         return per_sample is not None
 
+    def decided_options(self):
+        """`[(key, value, why)]`: the options given as `auto` and what the task made of them
+        (logged at the start, recorded in the run's config.yaml, shown by `plan`)."""
+        return []
+
     def describe_networks(self):
         """`{scope: one line}` on the architecture of the task's own networks, for `plan`
         (the default: nothing to say)."""
@@ -467,6 +472,11 @@ class ImageTask(Task):
         super().__init__(options, rngs)
 
     sample_keys = ("data.size",)
+
+    def decided_options(self):
+        if self.channels_decided is None:
+            return []
+        return [("data.channels", self.data["channels"], self.channels_decided)]
 
     def sample_floats(self):
         """An image's floats (subclasses with more inputs or outputs say so)."""
