@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 from common import stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
 
-METRICS = ("fid", "kid", "precision", "recall", "density", "coverage", "c2st", "copies",
-           "held_out_copies", "memorised", "memorised_chance")  # fmt: skip
+METRICS = ("fid", "kid", "precision", "recall", "density", "coverage", "c2st",
+           "memorisation/copies", "memorisation/held_out_copies", "memorisation/memorised",
+           "memorisation/memorised_chance", "memorisation/nearest_ratio")  # fmt: skip
 
 
 def train(args, run, config, sets, steps, seed):
@@ -83,7 +84,7 @@ def held_out_images(run, folder):
     """The run's held-out images (its holdout.json), uint8 [N, S, S, 3]."""
     from PIL import Image
 
-    names = json.loads((run / "holdout.json").read_text())["held_out_files"]
+    names = json.loads((run / "holdout.json").read_text())["files"]  # the held-out ones
     return np.stack([np.asarray(Image.open(folder / name).convert("RGB")) for name in names])
 
 
@@ -126,8 +127,9 @@ def main():
             evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
                                  "--memorisation")  # fmt: skip
             metrics = json.loads(evaluated)["metrics"]
-            stagegan("sample", "--run", str(run), "--num", "1000", "--output",
-                     str(run / "samples.npy"))  # fmt: skip
+            if not (run / "samples.npy").exists():
+                stagegan("sample", "--run", str(run), "--num", "1000", "--output",
+                         str(run / "samples.npy"))  # fmt: skip
             samples = np.load(run / "samples.npy")
             row = {"arm": name, "seed": seed, "steps": budget[name], "train_s": round(seconds)}
             row.update({k: metrics.get(k) for k in METRICS})
