@@ -98,7 +98,7 @@ def test_conditional_networks_attention_and_more_blocks():
     attention = lambda ch: ch * ch // 8 * 2 + ch * ch // 2 * 2 + 1
     extra = 2 * k * c * 2 + 2 * conv(3, c, c)  # a same-width block: two cBNs, two convs
     generator = 8 * 16 * c + 16 * c + 3 * (g_block(c, c, 2 * k) + extra)
-    generator += 2 * k * c + conv(3, c, 3) + attention(c)
+    generator += 2 * k * c + conv(3, c, 3) + attention(c) - 1  # no sigma: its out conv starts at 0
     assert trainable(g) == generator
     c = 8  # discriminator: 2 x width
     discriminator = d_block(3, c) + d_block(c, c) + 6 * d_block(c, c, False) + (c + 1) + k * c
@@ -109,9 +109,10 @@ def test_conditional_networks_attention_and_more_blocks():
     images = g([z, y], training=True)
     assert images.shape == (4, 32, 32, 3)
     assert d([images, y[:, None]]).shape == (4, 1)
-    # a fresh conditional BN is the plain BN of its class: gains and biases start at zero
-    bn = g.get_layer("block0_bn1")
-    assert np.all(bn.gain.numpy() == 0) and np.all(bn.bias.numpy() == 0)
+    # a fresh conditional BN is the plain BN of every class: gains 1, biases 0
+    gain, bias = g.get_layer("block0_bn1_gain"), g.get_layer("block0_bn1_bias")
+    assert np.all(gain.embeddings.numpy() == 1) and np.all(bias.embeddings.numpy() == 0)
+    assert np.all(g.get_layer("attention_out").kernel.numpy() == 0)  # starts as the identity
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +164,41 @@ def test_a_conditional_resnet_run_trains_and_plan_names_its_networks(npz):
     ) in plan
     assert "discriminator: resnet: 4 residual blocks (2 pooling) 28->7 px, channels 8, " in plan
     assert "projection head, self-attention at 14 px" in plan and "spectral normalisation" in plan
+
+
+LOAD = """
+import sys
+import numpy as np
+import keras
+model = keras.saving.load_model(sys.argv[1])
+z, y = np.load(sys.argv[2]), np.array([0, 2, 1], np.int32)
+np.save(sys.argv[3], np.asarray(model([z, y])))
+assert not any(name.startswith("stagegan") for name in sys.modules), "stagegan was imported"
+"""
+
+
+def test_an_exported_conditional_generator_with_attention_loads_without_stagegan(npz, tmp_path):
+    """The generator is made of Keras's own layers: its `.keras` export loads in a process that
+    never imports stagegan and draws the generator's images (uint8, by hand)."""
+    import subprocess
+    import sys
+
+    from stagegan.run.export import export_generator
+
+    trainer = Trainer(parse_config(config(npz, attention=14, width=4)))
+    run_steps(trainer, 1)
+    path = export_generator(trainer, tmp_path / "out", "keras")
+    z = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+    np.save(tmp_path / "z.npy", z)
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, str(path), str(tmp_path / "z.npy"), str(tmp_path / "x.npy")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    x = trainer.task.generator([z, np.array([0, 2, 1], np.int32)], training=False).numpy()
+    expected = np.clip(np.round((x + 1) * 127.5), 0, 255)
+    assert np.abs(np.load(tmp_path / "x.npy").astype(float) - expected).max() <= 1
 
 
 @pytest.mark.parametrize(

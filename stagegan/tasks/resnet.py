@@ -23,7 +23,8 @@ A class-conditional run (`model.conditional`, `data.labels: clusters`) gives eve
 the generator a per-class gain and bias (conditional batch norm, de Vries et al. 2017; the
 gain starts at 1 and the bias at 0 for every class) and the discriminator a projection head
 (Miyato & Koyama 2018). `model.attention: S` adds a self-attention layer (SAGAN, Zhang et al.
-2019) after the block whose output is S pixels wide, in both networks.
+2019) after the block whose output is S pixels wide, in both networks. The generator is made of
+Keras's own layers only, so that `stagegan export` gives a file that loads without stagegan.
 """
 
 import keras
@@ -97,44 +98,40 @@ def check_options(model, size):
         )
 
 
-class ConditionalBatchNorm(keras.layers.Layer):
-    """BatchNorm without its own affine, then a per-class gain and bias:
-    `bn(x) * (1 + gain[y]) + bias[y]` (both start at 0). Called on `[x, y]`, y int32 [B]."""
+def conditional_batchnorm(h, y, classes, name):
+    """BatchNorm without its own affine, then a per-class gain and bias, all of Keras's own
+    layers (an exported generator loads without stagegan): `bn(h) * gain[y] + bias[y]`, the
+    gains starting at 1 and the biases at 0 for every class."""
+    layers, c = keras.layers, h.shape[-1]
+    h = layers.BatchNormalization(center=False, scale=False, name=name)(h)
+    gain = layers.Embedding(classes, c, embeddings_initializer="ones", name=f"{name}_gain")(y)
+    bias = layers.Embedding(classes, c, embeddings_initializer="zeros", name=f"{name}_bias")(y)
+    gain, bias = layers.Reshape((1, 1, c))(gain), layers.Reshape((1, 1, c))(bias)
+    return layers.Add()([layers.Multiply()([h, gain]), bias])
 
-    def __init__(self, classes, **kwargs):
-        super().__init__(**kwargs)
-        self.classes = classes
-        self.norm = keras.layers.BatchNormalization(center=False, scale=False, name="bn")
 
-    def build(self, input_shape):
-        channels = input_shape[0][-1]
-        self.norm.build(input_shape[0])
-        self.gain = self.add_weight(
-            name="gain", shape=(self.classes, channels), initializer="zeros"
-        )
-        self.bias = self.add_weight(
-            name="bias", shape=(self.classes, channels), initializer="zeros"
-        )
-
-    def call(self, inputs, training=None):
-        x, y = inputs
-        h = self.norm(x, training=training)
-        gain = keras.ops.take(self.gain, y, axis=0)[:, None, None, :]
-        bias = keras.ops.take(self.bias, y, axis=0)[:, None, None, :]
-        return h * keras.ops.cast(1.0 + gain, h.dtype) + keras.ops.cast(bias, h.dtype)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape[0]
-
-    def get_config(self):
-        return {**super().get_config(), "classes": self.classes}
+def generator_attention(h, name="attention"):
+    """SAGAN's self-attention (`SelfAttention`) of Keras's own layers, for the generator: the
+    output conv starts at zero in place of the learned scale sigma starting at zero (either
+    way the layer starts as the identity); an exported generator loads without stagegan."""
+    layers, side, c = keras.layers, h.shape[1], h.shape[-1]
+    conv = lambda filters, part, init=ORTHOGONAL: layers.Conv2D(
+        filters, 1, use_bias=False, kernel_initializer=init, name=f"{name}_{part}"
+    )
+    pooled = lambda t: layers.MaxPooling2D(2)(t)
+    query = layers.Reshape((side * side, c // 8))(conv(c // 8, "query")(h))
+    key = layers.Reshape((side * side // 4, c // 8))(pooled(conv(c // 8, "key")(h)))
+    value = layers.Reshape((side * side // 4, c // 2))(pooled(conv(c // 2, "value")(h)))
+    attention = layers.Softmax()(layers.Dot(axes=(2, 2))([query, key]))
+    mixed = layers.Reshape((side, side, c // 2))(layers.Dot(axes=(2, 1))([attention, value]))
+    return layers.Add()([h, conv(c, "out", "zeros")(mixed)])
 
 
 class SelfAttention(keras.layers.Layer):
-    """SAGAN's self-attention as StudioGAN writes it: 1x1 convs (no bias) to queries (C/8),
-    keys (C/8, 2x2 max-pooled) and values (C/2, pooled), softmax attention over the pooled
-    positions, a 1x1 conv back to C, added to the input scaled by a learned `sigma` that starts
-    at 0. Spectrally normalised with `spectral_norm`."""
+    """SAGAN's self-attention as StudioGAN writes it, the discriminator's: 1x1 convs (no bias)
+    to queries (C/8), keys (C/8, 2x2 max-pooled) and values (C/2, pooled), softmax attention
+    over the pooled positions, a 1x1 conv back to C, added to the input scaled by a learned
+    `sigma` that starts at 0. Spectrally normalised with `spectral_norm`."""
 
     def __init__(self, spectral_norm=False, **kwargs):
         super().__init__(**kwargs)
@@ -191,7 +188,7 @@ def generator(task):
         if not norm:
             return t
         if classes:
-            return ConditionalBatchNorm(classes, name=name)([t, y])
+            return conditional_batchnorm(t, y, classes, name)
         return layers.BatchNormalization(name=name)(t)
 
     for i, (a, b, up, side) in enumerate(plan):
@@ -204,7 +201,7 @@ def generator(task):
         r = layers.ReLU()(batchnorm(r, f"block{i}_bn2"))
         h = layers.Add(name=f"block{i}")([_conv(b, 3, f"block{i}_conv2")(r), shortcut])
         if side == model["attention"] and (i + 1 == len(plan) or plan[i + 1][3] != side):
-            h = SelfAttention(name="attention")(h)
+            h = generator_attention(h)
     h = layers.ReLU()(batchnorm(h, "bn_out"))
     h = layers.Activation("tanh")(_conv(task.data["channels"], 3, "to_image")(h))
     return keras.Model([z, y] if classes else z, h, name="generator")
@@ -268,8 +265,9 @@ def parameter_count(task, scope):
             total += conv(1, a, b) if i == 0 or pools or a != b else 0
         out = plan[-1][1]
         total += out + 1 + classes * out
-    if model["attention"] is not None:
-        total += attention(next(b for a, b, _, side in plan if side == model["attention"]))
+    if model["attention"] is not None:  # the generator's has no sigma (`generator_attention`)
+        channels = next(b for a, b, _, side in plan if side == model["attention"])
+        total += attention(channels) - (scope == "generator")
     return total
 
 
