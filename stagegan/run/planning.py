@@ -168,5 +168,8 @@ def describe_data(task):
             + ", ".join(f"{name} ({n:,})" for name, n in zip(source.classes, counts, strict=True))
         )
         if task.conditional:
-            lines.append("conditional: class embedding in the generator, projection discriminator")
+            how = (
+                "class embedding" if task.model.get("arch") != "resnet" else "class-wise batch norm"
+            )
+            lines.append(f"conditional: {how} in the generator, projection discriminator")
     return lines
