@@ -53,6 +53,8 @@ SLOWEST_FIRST = [
     "test_completion.py",
     "test_guard.py",
     "test_memorisation.py",
+    "test_resnet.py",
+    "test_channels.py",
     "test_regularisers.py",
     "test_packing.py",
     "test_prepare.py",
