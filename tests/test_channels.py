@@ -77,3 +77,12 @@ def test_plan_says_grey_and_a_bad_value_names_the_key(tmp_path):
                            "--set", f"data.channels={value}")  # fmt: skip
         assert result.returncode == 2
         assert result.stderr.startswith("stagegan: error: data.channels: must be 1, 3 or auto")
+
+
+def test_tfrecords_are_looked_at_too(tmp_path):
+    images = folder(tmp_path / "images", colour_every=4)
+    result = inprocess("prepare", images, "--output", tmp_path / "records", "--size", "12")
+    assert result.returncode == 0, result.stderr
+    found = decide_channels({**options(str(tmp_path / "records" / "*.tfrecord")),
+                             "source": "tfrecord"})  # fmt: skip
+    assert found == (3, "5 of the 20 images looked at are in colour")

@@ -867,6 +867,23 @@ def _load_keras(name, held_out, options):
     )
 
 
+def plain_records(path):
+    """The records of the TFRecord file `path`, read as a plain file without TensorFlow's
+    runtime (each record: a little-endian uint64 length, its 4-byte CRC, the bytes, their
+    4-byte CRC; the CRCs are not checked). Raises ValueError on a truncated record."""
+    import struct
+
+    with open(path, "rb") as f:
+        while header := f.read(12):
+            if len(header) < 12:
+                raise ValueError(f"{path}: a truncated record header")
+            length = struct.unpack("<Q", header[:8])[0]
+            record = f.read(length)
+            if len(record) < length or len(f.read(4)) < 4:
+                raise ValueError(f"{path}: a truncated record")
+            yield record
+
+
 def tfrecord_files(options):
     """The TFRecord files of `data.path` (a file or a glob), sorted; checks the first record
     for the image feature (and the label feature, with `data.labels`)."""
@@ -875,8 +892,7 @@ def tfrecord_files(options):
     if not files:
         raise ConfigError("data.path", f"no TFRecord files match {path}")
     try:
-        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)))
-        example = tf.train.Example.FromString(first.numpy())
+        example = tf.train.Example.FromString(next(plain_records(files[0])))
     except Exception:  # noqa: BLE001 - missing, truncated or not TFRecord: one message
         raise ConfigError("data.path", f"cannot read TFRecords from {files[0]}") from None
     known = ", ".join(example.features.feature.keys())
@@ -1511,21 +1527,20 @@ def _peek_file(name):
 
 
 def _peek_records(options):
-    """The first `PEEK_IMAGES` images of a TFRecord source, read without starting
-    TensorFlow's devices (its record iterator and the Example proto)."""
-    from tensorflow.core.example.example_pb2 import Example
-
+    """The first `PEEK_IMAGES` images of a TFRecord source (`plain_records`: TensorFlow's
+    devices are not started)."""
     images = []
     for path in tfrecord_files(options):
         try:
-            for record in tf.compat.v1.io.tf_record_iterator(str(path)):
-                feature = Example.FromString(record).features.feature.get(options["image_feature"])
-                if feature is not None and feature.bytes_list.value:
-                    images.append(_peek_bytes(feature.bytes_list.value[0]))
+            for record in plain_records(path):
+                feature = tf.train.Example.FromString(record).features.feature
+                value = feature.get(options["image_feature"])
+                if value is not None and value.bytes_list.value:
+                    images.append(_peek_bytes(value.bytes_list.value[0]))
                 if len(images) >= PEEK_IMAGES:
                     return images
-        except (OSError, tf.errors.OpError):  # unreadable: the source's own check says so
-            continue
+        except Exception:  # noqa: BLE001 - unreadable or not an Example: the source's own
+            continue  # reading says what is wrong
     return images
 
 
