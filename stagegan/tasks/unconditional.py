@@ -1,7 +1,9 @@
-"""Unconditional image GANs: a DCGAN-style generator and discriminator.
+"""Unconditional image GANs: a generator and discriminator of `model.arch`.
 
-Resolutions 28 (from 7x7), 32 and 64 (from 4x4); `model.width` sets the channel count of the
-largest feature map. Loss terms:
+`dcgan` (the default; this module): resolutions 28 (from 7x7), 32 and 64 (from 4x4);
+`model.width` sets the channel count of the largest feature map (`auto`: 32 on grey images,
+64 on colour). `resnet`: SNGAN's / BigGAN's residual networks at 28 to 128 px
+(`stagegan.tasks.resnet`). Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
