@@ -1,9 +1,8 @@
 """Unconditional image GANs: a generator and discriminator of `model.arch`.
 
 `dcgan` (the default; this module): resolutions 28 (from 7x7), 32 and 64 (from 4x4);
-`model.width` sets the channel count of the largest feature map (`auto`: 32 on grey images,
-64 on colour). `resnet`: SNGAN's / BigGAN's residual networks at 28 to 128 px
-(`stagegan.tasks.resnet`). Loss terms:
+`model.width` sets the channel count of the largest feature map. `resnet`: SNGAN's /
+BigGAN's residual networks at 28 to 128 px (`stagegan.tasks.resnet`). Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
@@ -37,9 +36,6 @@ from stagegan.tasks import resnet
 from stagegan.tasks.base import ImageTask, adversarial_losses, choice, float32, positive
 
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
-# `model.width: auto`, by channels: 32 was chosen on grey digits; on a small colour folder
-# width 64 beats it (docs/recipes.md, "A colour folder")
-AUTO_WIDTHS = {1: 32, 3: 64}
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
 
@@ -77,22 +73,8 @@ class Unconditional(ImageTask):
         },
     }
 
-    width_decided = None  # with `model.width: auto`: why it is what it is
-
     def __init__(self, options, rngs):
-        model = (options.get("model") or {}) if isinstance(options, dict) else {}
-        if isinstance(model.get("width"), str) and model["width"] != "auto":
-            raise ConfigError(
-                "model.width", f"must be a positive int or auto. Received: {model['width']!r}"
-            )
-        auto = model.get("width") == "auto"
-        if auto:  # decided once the channels are known (`data.channels` may be auto too)
-            options = {**options, "model": {**model, "width": AUTO_WIDTHS[3]}}
         super().__init__(options, rngs)
-        if auto:
-            grey = self.data["channels"] == 1
-            self.model["width"] = AUTO_WIDTHS.get(self.data["channels"], AUTO_WIDTHS[3])
-            self.width_decided = "grey images" if grey else "colour images"
         self.size = self.data["size"]
         self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet"))
         if self.arch == "resnet":
@@ -143,10 +125,6 @@ class Unconditional(ImageTask):
         self.discriminator = self.build_network("discriminator", builders[1], inputs[1], (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
-
-    def decided_options(self):
-        width = [("model.width", self.model["width"], self.width_decided)]
-        return super().decided_options() + (width if self.width_decided else [])
 
     def describe_networks(self):
         """`{scope: one line}` on the built-in networks' architecture, for `plan`."""
