@@ -149,8 +149,13 @@ def config(npz, **model):
     }
 
 
-def test_a_conditional_resnet_run_trains_and_plan_names_its_networks(npz):
-    trainer = Trainer(parse_config(config(npz, spectral_norm=True, attention=14, width=4)))
+@pytest.fixture(scope="module")
+def trainer(npz):
+    """A conditional resnet run with attention, built and traced once for the module."""
+    return Trainer(parse_config(config(npz, spectral_norm=True, attention=14, width=4)))
+
+
+def test_a_conditional_resnet_run_trains_and_plan_names_its_networks(trainer):
     before = [w.copy() for w in trainer.task.discriminator.get_weights()]
     outputs = run_steps(trainer, 2)
     assert all(np.isfinite(float(v)) for out in outputs for v in out.metrics.values())
@@ -177,7 +182,7 @@ assert not any(name.startswith("stagegan") for name in sys.modules), "stagegan w
 """
 
 
-def test_an_exported_conditional_generator_with_attention_loads_without_stagegan(npz, tmp_path):
+def test_an_exported_conditional_generator_with_attention_loads_without_stagegan(trainer, tmp_path):
     """The generator is made of Keras's own layers: its `.keras` export loads in a process that
     never imports stagegan and draws the generator's images (uint8, by hand)."""
     import subprocess
@@ -185,8 +190,6 @@ def test_an_exported_conditional_generator_with_attention_loads_without_stagegan
 
     from stagegan.run.export import export_generator
 
-    trainer = Trainer(parse_config(config(npz, attention=14, width=4)))
-    run_steps(trainer, 1)
     path = export_generator(trainer, tmp_path / "out", "keras")
     z = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
     np.save(tmp_path / "z.npy", z)
