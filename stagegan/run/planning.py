@@ -154,11 +154,6 @@ def describe_data(task):
         f"{options['channels']} channel{'s' if options['channels'] > 1 else ''}"
         + (f" (data.channels auto: {task.channels_decided})" if task.channels_decided else "")
     ]
-    lines += [
-        f"{key} auto: {value} ({why})"
-        for key, value, why in task.decided_options()
-        if key != "data.channels"
-    ]
     if source.classes is not None:
         counts = source.class_counts
         if counts is None:  # a tfrecord source: its labels are read now
