@@ -3,6 +3,7 @@ benchmarks (scikit-image is used by this script only, never by stagegan:
 `pip install scikit-image`).
 
     python benchmarks/textures.py OUT        # OUT/train (2,400 crops), OUT/unseen (1,000)
+    python benchmarks/textures.py OUT --colour   # colour crops of other photographs
     python benchmarks/ablation.py --config completion_folder \
         --set data.path=OUT/train --keep runs/abl
 
@@ -20,6 +21,9 @@ import numpy as np
 
 TRAIN = ("brick", "grass", "gravel", "camera", "coins", "moon", "page", "text")
 UNSEEN = ("astronaut", "coffee", "chelsea", "rocket")
+# --colour: the colour photographs scikit-image ships without a download.
+TRAIN_COLOUR = ("astronaut", "coffee", "immunohistochemistry", "hubble_deep_field", "retina")
+UNSEEN_COLOUR = ("chelsea", "rocket")
 
 
 def grey(name):
@@ -31,12 +35,19 @@ def grey(name):
     return image / 255.0 if image.max() > 1.5 else image
 
 
-def write_crops(names, count, out, rng, size=32):
+def colour(name):
+    import skimage.data
+
+    return getattr(skimage.data, name)()[..., :3] / 255.0
+
+
+def write_crops(names, count, out, rng, size=32, colours=False):
     from skimage.io import imsave
     from skimage.transform import rescale
 
     out.mkdir(parents=True)
-    images = [rescale(grey(name), 0.5, anti_aliasing=True) for name in names]
+    load, axis = (colour, -1) if colours else (grey, None)
+    images = [rescale(load(name), 0.5, anti_aliasing=True, channel_axis=axis) for name in names]
     for i in range(count):
         image = images[i % len(images)]
         y, x = rng.integers(0, image.shape[0] - size), rng.integers(0, image.shape[1] - size)
@@ -49,9 +60,17 @@ def main():
     parser.add_argument("out", type=Path)
     parser.add_argument("--train", type=int, default=2400)
     parser.add_argument("--unseen", type=int, default=1000)
+    parser.add_argument(
+        "--colour",
+        action="store_true",
+        help=f"colour crops: train on {', '.join(TRAIN_COLOUR)}; unseen: "
+        f"{', '.join(UNSEEN_COLOUR)}",
+    )
     args = parser.parse_args()
-    write_crops(TRAIN, args.train, args.out / "train", np.random.default_rng(0))
-    write_crops(UNSEEN, args.unseen, args.out / "unseen", np.random.default_rng(1))
+    train, unseen = (TRAIN_COLOUR, UNSEEN_COLOUR) if args.colour else (TRAIN, UNSEEN)
+    rngs = np.random.default_rng(0), np.random.default_rng(1)
+    write_crops(train, args.train, args.out / "train", rngs[0], colours=args.colour)
+    write_crops(unseen, args.unseen, args.out / "unseen", rngs[1], colours=args.colour)
     print(f"{args.train} crops in {args.out / 'train'}, {args.unseen} in {args.out / 'unseen'}")
 
 

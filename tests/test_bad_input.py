@@ -125,6 +125,8 @@ def place(tmp_path_factory):
         pixels = np.full((8, 8, 3), 100 * i, np.uint8)
         (root / "few" / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
     (root / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    (root / "unreadable_masks").mkdir()
+    (root / "unreadable_masks" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n not a mask")
     (root / "a_file").write_text("not a folder")
     (root / "out.npy").write_bytes(np.zeros(1).tobytes())
     # Hardening round 3: data doors. A device behind an image's name (a fifo would hang this
@@ -385,6 +387,18 @@ CASES = {
             "data.path={root}/nowhere",
         ],
         ["data.path: no such folder"],
+    ),
+    "missing mask folder (issue 44)": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "data.masks={root}/nowhere"],
+        ["data.masks: no such folder: {root}/nowhere"],
+    ),
+    "mask folder of a broken image (issue 44)": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "data.masks={root}/unreadable_masks"],
+        ["data.masks: cannot read mask x.png in {root}/unreadable_masks"],
+    ),
+    "hole target on the glcic discriminator (issue 44)": (
+        [*TRAIN, "--config", "completion_shapes", "--set", "loss.adversarial_target=hole"],
+        ["loss.adversarial_target: hole needs a discriminator with an output per patch"],
     ),
     "unreadable image": (
         [

@@ -223,6 +223,30 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
     # Known pixels are kept: most of each image equals the input exactly (to float error).
     same = np.isclose(out, mine / 255.0, atol=1e-5).all(axis=-1)
     assert 0.5 < same.mean() < 1.0
+    # The user's own holes (issue 44): masks of another size, paired by file name.
+    holes = tmp_path / "holes"
+    holes.mkdir()
+    left = np.zeros((32, 32, 1), np.uint8)
+    left[:, :16] = 255  # the left half: columns 0-7 at 16 px
+    block = np.zeros((48, 64, 1), np.uint8)  # centre-cropped to 48 x 48, then 16 x 16
+    block[12:24, 20:32] = 200  # rows and columns 4-7 after the fit (the crop drops 8 columns)
+    for name, mask in (("0", left), ("1", block)):
+        (holes / f"{name}.png").write_bytes(tf.io.encode_png(mask).numpy())
+    command = ["sample", "--run", str(completion), "--num", "5", "--input", str(images)]
+    result = inprocess(*command, "--masks", str(holes), "--output", str(tmp_path / "m.npy"))
+    assert result.returncode == 0, result.stderr
+    out = np.load(tmp_path / "m.npy")
+    hole = np.zeros((2, 16, 16), bool)
+    hole[0, :, :8], hole[1, 4:8, 4:8] = True, True
+    same = np.isclose(out, mine / 255.0, atol=1e-5).all(axis=-1)
+    assert same[~hole].all() and not same[hole].any()
+    (holes / "1.png").unlink()
+    result = inprocess(*command, "--masks", str(holes), "--output", str(tmp_path / "n.npy"))
+    assert_user_error(result, "--masks: no mask named 1.* in", "1 of 2 images have none")
+    alone = ["sample", "--run", str(completion), "--num", "2", "--masks", str(holes)]
+    result = inprocess(*alone, "--output", str(tmp_path / "n.npy"))
+    assert_user_error(result, "--masks: pairs masks with your images: give --input DIR too")
+    assert not (tmp_path / "n.npy").exists()
 
 
 def test_completion_eval_by_hand_with_both_baselines(completion):

@@ -162,7 +162,16 @@ def build_parser():
     )
     sample.add_argument("--seed", type=int, default=0, help="fixes the inputs (default: 0)")
     sample.add_argument(
-        "--input", help="completion: complete your own images from this folder (masks generated)"
+        "--input",
+        metavar="DIR",
+        help="completion: complete your own images from this folder (holes drawn as in "
+        "training, or --masks)",
+    )
+    sample.add_argument(
+        "--masks",
+        metavar="DIR",
+        help="with --input: your holes, mask images paired with the images by file name "
+        "(white: the hole; fitted to the run's size as the images are)",
     )
     sample.add_argument(
         "--class",
@@ -474,6 +483,11 @@ def cmd_sample(args):
     check_batch_size(args.batch_size)
     check_output(args.output)
     check_walk(args.num, args.truncation, args.interpolate, args.output)
+    if args.masks is not None:
+        if args.input is None:
+            raise ConfigError("--masks", "pairs masks with your images: give --input DIR too")
+        if not os.path.isdir(os.path.expanduser(args.masks)):
+            raise ConfigError("--masks", f"no such folder: {args.masks}")
     check_run(args.run, args.checkpoint)  # before the slow TensorFlow import
     import_tensorflow()
 
@@ -487,6 +501,7 @@ def cmd_sample(args):
             args.seed,
             ema=not args.no_ema,
             input_dir=args.input,
+            masks_dir=args.masks,
             batch_size=args.batch_size,
             class_name=args.class_name,
             truncation=args.truncation,

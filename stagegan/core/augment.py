@@ -103,11 +103,11 @@ class Augmenter:
             "augment_fake": noise.uniform([count, k]),
         }
 
-    def __call__(self, images, uniforms):
+    def __call__(self, images, uniforms, spatial_only=False):
         """`images` [N, H, W, C] in [-1, 1] augmented with the numbers `uniforms` [N, K]
-        (rows of `draw`'s output), each op gated by p."""
+        (rows of `draw`'s output), each op gated by p (`spatial_only`: see `apply_ops`)."""
         p = tf.cast(self.p, tf.float32)
-        return apply_ops(images, uniforms, self.config.ops, p)
+        return apply_ops(images, uniforms, self.config.ops, p, spatial_only)
 
     def metrics(self):
         return {"augment/p": tf.identity(self.p), "augment/rt": tf.identity(self.rt)}
@@ -138,12 +138,16 @@ class Augmenter:
 # The ops ---------------------------------------------------------------------------------------
 
 
-def apply_ops(images, uniforms, ops, p):
+def apply_ops(images, uniforms, ops, p, spatial_only=False):
     """Apply `ops` in order; op i reads its gate and numbers from its columns of `uniforms`.
 
     An image takes op i where its gate column is below `p` (one probability for every op,
     or a sequence of one per op). Every op is a differentiable function of the images
     (gathers, masks, affine maps of the pixel values).
+
+    `spatial_only`: apply only the ops that move pixels (`SPATIAL`), with the same numbers,
+    to a map that must stay aligned with images augmented by all of them (a completion's
+    hole mask); the others are skipped.
     """
     images = tf.convert_to_tensor(images, tf.float32)
     ps = tuple(p) if isinstance(p, (list, tuple)) else (p,) * len(ops)
@@ -152,6 +156,8 @@ def apply_ops(images, uniforms, ops, p):
         u = uniforms[:, column : column + width]
         column += width
         gate = u[:, 0] < op_p
+        if spatial_only and op not in SPATIAL:
+            continue
         if op in GEOMETRIC:
             matrix = _where_matrix(gate, GEOMETRIC[op](u[:, 1:], images.shape))
             if transform is not None:
@@ -164,6 +170,12 @@ def apply_ops(images, uniforms, ops, p):
     if transform is not None:  # an image that no geometric op took is returned as it was
         images = _where(transform[1], warp(images, transform[0]), images)
     return images
+
+
+# The ops that move pixels (the others change their values: colour, or cutout's square).
+SPATIAL = frozenset(
+    {"translation", "xint", "xflip", "rotate90", "scale", "rotate", "aniso", "xfrac"}
+)
 
 
 def _where(gate, changed, images):

@@ -87,11 +87,79 @@ class AccuracyMonitor:
     def __init__(self, name):
         self.threshold = DECISION.get(name, 0.0)
 
-    def __call__(self, real, fake, terms):
+    def __call__(self, real, fake, terms, target=None, share=None):
         if not set(ACCURACY_TERMS) & set(terms):
             return {}
-        values = discriminator_accuracy(real, fake, self.threshold)
+        if target is None:
+            values = discriminator_accuracy(real, fake, self.threshold)
+        else:
+            values = targeted_accuracy(real, fake, target, self.threshold, share)
         return {k: v for k, v in values.items() if k in terms}
+
+
+# Per output: (real_term, fake_term, generator_term), each a function of logits to a tensor
+# of the same shape. The losses above are their means: d_loss = mean(real_term(D(x))) +
+# mean(fake_term(D(G(z)))), g_loss = mean(generator_term(D(G(z)))).
+ELEMENTS = {
+    "non_saturating": (
+        lambda o: tf.nn.softplus(-o),
+        tf.nn.softplus,
+        lambda o: tf.nn.softplus(-o),
+    ),
+    "minimax": (lambda o: tf.nn.softplus(-o), tf.nn.softplus, lambda o: -tf.nn.softplus(o)),
+    "hinge": (lambda o: tf.nn.relu(1.0 - o), lambda o: tf.nn.relu(1.0 + o), lambda o: -o),
+    "wasserstein": (lambda o: -o, lambda o: o, lambda o: -o),
+    "least_squares": (
+        lambda o: 0.5 * tf.square(o - 1.0),
+        lambda o: 0.5 * tf.square(o),
+        lambda o: 0.5 * tf.square(o - 1.0),
+    ),
+}
+
+
+def targeted(name, key="loss.adversarial"):
+    """The `(d_loss(real, fake, target), g_loss(fake, target))` pair of adversarial loss
+    `name` for a discriminator whose generated outputs are fake only in part: `target` (the
+    shape of `fake`, in [0, 1]) is how fake each output is (LaMa's `mask_as_fake_target`,
+    Suvorov et al. 2022: the share of the hole in the output's cell).
+
+        d_loss = mean(real_term(D(x))) + mean(t * fake_term(D(y)) + (1 - t) * real_term(D(y)))
+        g_loss = mean(t * generator_term(D(y))) / share
+
+    t = 1 everywhere gives the plain pair's values. The generator's term is the mean over the
+    fake part only (outputs with t = 0 are the known pixels, which the generator did not
+    make): `share` is the mean of t, by default this shard's; a task with several replicas
+    passes the global batch's (so that 1 and N replicas agree). It is 0 when nothing is fake.
+    """
+    adversarial(name, key)  # the refusal of an unknown name
+    real_term, fake_term, generator_term = ELEMENTS[name]
+
+    def d_loss(real, fake, target):
+        real, fake = tf.cast(real, tf.float32), tf.cast(fake, tf.float32)
+        t = tf.cast(target, tf.float32)
+        mixed = t * fake_term(fake) + (1.0 - t) * real_term(fake)
+        return _mean(real_term(real)) + _mean(mixed)
+
+    def g_loss(fake, target, share=None):
+        fake, t = tf.cast(fake, tf.float32), tf.cast(target, tf.float32)
+        share = tf.reduce_mean(t) if share is None else tf.cast(share, tf.float32)
+        return _mean(t * generator_term(fake)) / tf.maximum(share, 1e-8)
+
+    return d_loss, g_loss
+
+
+def targeted_accuracy(real, fake, target, threshold=0.0, share=None):
+    """`discriminator_accuracy` with a fake target (see `targeted`, and its `share`): reals
+    called real over all outputs; fakes called fake weighted by `target` (the share of the
+    fake part the discriminator finds)."""
+    real, fake = tf.cast(real, tf.float32), tf.cast(fake, tf.float32)
+    t = tf.cast(target, tf.float32)
+    share = tf.reduce_mean(t) if share is None else tf.cast(share, tf.float32)
+    return {
+        "d_real_accuracy": _mean(real > threshold),
+        "d_fake_accuracy": _mean(t * tf.cast(fake <= threshold, tf.float32))
+        / tf.maximum(share, 1e-8),
+    }
 
 
 def adversarial(name, key="loss.adversarial"):

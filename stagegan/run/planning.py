@@ -72,6 +72,7 @@ def describe_plan(trainer):
         )
     )
     lines += describe_data(trainer.task)
+    lines += trainer.task.describe_inputs()
     lines += describe_networks(trainer.task, scopes)
     if config.ema is not None:
         ema = config.ema

@@ -247,7 +247,8 @@ def restore_run(run_dir, checkpoint=None):
 
 
 def user_images(task, folder, num):
-    """Up to `num` of the user's images from `folder`, fitted to the run's size, in [-1, 1]."""
+    """`(images, names)`: up to `num` of the user's images from `folder`, fitted to the run's
+    size, in [-1, 1], and their file names without extensions."""
     from stagegan.data.sources import list_folder
 
     options = {**task.data, "source": "folder", "path": folder, "labels": None}
@@ -256,7 +257,25 @@ def user_images(task, folder, num):
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
     images, ok = readable_images(files[:num], options, folder)
-    return images.astype(np.float32) / 127.5 - 1.0
+    names = [os.path.splitext(os.path.basename(str(f)))[0] for f in np.asarray(files[:num])[ok]]
+    return images.astype(np.float32) / 127.5 - 1.0, names
+
+
+def user_masks(task, folder, names):
+    """The masks in `folder` named as `names` (file names without extensions), fitted as the
+    images are: [N, S, S, 1], 1 in the hole (`stagegan.data.masks.load_masks`)."""
+    from stagegan.data.masks import load_masks
+
+    bank, mask_names = load_masks(os.path.expanduser(folder), task.data["size"], key="--masks")
+    index = {name: i for i, name in enumerate(mask_names)}
+    missing = [name for name in names if name not in index]
+    if missing:
+        raise ConfigError(
+            "--masks",
+            f"no mask named {missing[0]}.* in {folder} for image {missing[0]} of --input "
+            f"({len(missing)} of {len(names)} images have none; masks pair by file name)",
+        )
+    return bank[[index[name] for name in names]]
 
 
 def readable_images(files, options, folder, key="--input"):
@@ -338,13 +357,15 @@ def sample_arrays(
     seed=0,
     ema=True,
     input_dir=None,
+    masks_dir=None,
     batch_size=None,
     class_name=None,
     truncation=None,
     interpolate=None,
 ):
     """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
-    (or made from the images in `input_dir`), `batch_size` at a time (None: the run's); a
+    (or made from the images in `input_dir`, with the holes of the masks in `masks_dir`
+    paired by file name), `batch_size` at a time (None: the run's); a
     class-conditional run's samples are all of class `class_name` (a name or index) if given.
     `truncation`: latents redrawn within [-T, T] (`stagegan.core.latents.truncate`);
     `interpolate`: the `num` samples walk through K latents drawn with `seed` (`walk`), all
@@ -358,8 +379,9 @@ def sample_arrays(
     if input_dir is not None:
         if "inputs" not in task.capabilities:
             raise ConfigError("--input", f"task {task.name!r} takes no input images")
-        images = user_images(task, input_dir, num)
-        inputs, info = task.inputs_for_images(images, seed), {"held_out": True}
+        images, names = user_images(task, input_dir, num)
+        holes = None if masks_dir is None else user_masks(task, masks_dir, names)
+        inputs, info = task.inputs_for_images(images, seed, holes), {"held_out": True}
     elif interpolate is not None:
         inputs, info = latent_walk(task, num, seed, interpolate, truncation)
     else:

@@ -325,6 +325,11 @@ class Task:
         (logged at the start, recorded in the run's config.yaml, shown by `plan`)."""
         return []
 
+    def describe_inputs(self):
+        """The plan's lines on the task's random inputs beyond latents (completion: its
+        holes); the default: none."""
+        return []
+
     def describe_networks(self):
         """`{scope: one line}` on the architecture of the task's own networks, for `plan`
         (the default: nothing to say)."""

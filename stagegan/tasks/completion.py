@@ -11,8 +11,24 @@ Loss terms:
         Both are reduced by `loss.reduction`: "sum" (the default, as in the paper: per image,
         the sum over hole pixels and channels, then the batch mean, so that the paper's
         alpha = 0.0004 keeps its meaning) or "mean" (the mean over hole elements).
+        `loss.spatial_discount: gamma` (DeepFill v1, Yu et al. 2018: 0.9) weighs a hole
+        pixel gamma ** (d - 1) at distance d from the nearest known pixel (`discounted`).
+    reconstruction_known
+                        L1 on the known pixels only, reduced the same way (LaMa, Suvorov et
+                        al. 2022, trains with it at weight 10 and no pixel loss in the hole)
+    perceptual          the sum over the layers of a feature network the user names
+                        (`loss.perceptual_network: package.module:function`, called with the
+                        task, returning a keras.Model; frozen) of the mean squared difference
+                        between the features of the raw output and of the real image (LaMa's
+                        perceptual loss, on any network that is available offline)
     d_adversarial       real images against completed ones (`loss.adversarial`)
     g_adversarial       the completion network's adversarial loss on completed images
+        `loss.adversarial_target`: `image` (the default: every output of the discriminator
+        on a completed image is fake) or `hole` (LaMa's `mask_as_fake_target`, for the patch
+        discriminator: each output is fake in proportion to the hole in its cell of the
+        image and real elsewhere, since the known pixels are real ones; the generator's
+        term pushes only those outputs, normalised by the batch's hole share;
+        `losses.targeted`). With `augment:`, the mask moves with the images.
     feature_matching    the completion network's feature-matching loss (pix2pixHD, Wang et
                         al. 2018; Salimans et al. 2016): for each hidden layer of the
                         discriminator (the outputs of its LeakyReLU layers), the mean absolute
@@ -23,11 +39,20 @@ Loss terms:
     lecam, bcr,         LeCam and balanced consistency on the discriminator (see
     bcr_real, bcr_fake  `stagegan.core.regularisers`), real images against completed ones
 
-Holes: one random rectangle per image, each side between `data.hole_min` and `data.hole_max`
-(fractions of the image side); `data.strokes: N` adds N random thick strokes (free-form).
+Holes (`data.holes`): `rectangle` (the default), one random rectangle per image, each side
+between `data.hole_min` and `data.hole_max` (fractions of the image side), with
+`data.strokes: N` random thick strokes added (free-form); `box` and `wide`, LaMa's box and
+wide-mask generators (`stagegan.data.masks`). `data.masks: DIR`: the user's mask images
+instead (white: the hole), fitted as the images are, one drawn at random per image; `sample
+--input DIR --masks DIR` pairs them with the user's images by file name. The local crop (the
+GLCIC discriminator's, and `eval`'s c2st) is centred on each hole's centre of mass.
 
 `model.discriminator_type`: `glcic` (the default: global and local branches, one logit) or
 `patch` (a PatchGAN that sees the image and the mask and scores each overlapping patch).
+
+`model.gated: true` makes every convolution of the built-in generator but its last a gated
+convolution (DeepFill v2, Yu et al. 2019: features x sigmoid(gate), a second convolution of
+the same shape for the gate; ReLU features where DeepFill uses ELU).
 
 `model.feather: F` (pixels, default 0) blends the fill into its surroundings, as GLCIC's
 post-processing blends its completions: the completed image takes the network's output with
@@ -38,12 +63,15 @@ reproduce that band. 0: the hard composite.
 Masks are drawn from the run's noise stream for the whole global batch.
 """
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import conv2d, dense
+from stagegan.data import masks
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.evaluation import metrics
@@ -59,6 +87,8 @@ class Completion(ImageTask):
     loss_terms = (
         "reconstruction",
         "reconstruction_l1",
+        "reconstruction_known",
+        "perceptual",
         "d_adversarial",
         "g_adversarial",
         "feature_matching",
@@ -74,20 +104,31 @@ class Completion(ImageTask):
     realism_metric = "fid"  # lower is better
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
-        "data": {**DATA_DEFAULTS, "hole_min": 0.25, "hole_max": 0.5, "strokes": 0},
+        "data": {
+            **DATA_DEFAULTS,
+            "hole_min": 0.25,
+            "hole_max": 0.5,
+            "strokes": 0,
+            "holes": "rectangle",
+            "masks": None,
+        },
         "model": {
             "width": 32,
             "dilations": [2, 4],
             "spectral_norm": False,
             "discriminator_type": "glcic",
             "feather": 0,
+            "gated": False,
             "generator": None,
             "discriminator": None,
         },
         "loss": {
             "adversarial": "non_saturating",
+            "adversarial_target": "image",
             "reconstruction": "l2",
             "reduction": "sum",
+            "spatial_discount": None,
+            "perceptual_network": None,
             **regularisers.LECAM_DEFAULTS,
             **regularisers.BCR_DEFAULTS,
         },
@@ -104,6 +145,11 @@ class Completion(ImageTask):
             )
         if d["strokes"] < 0:
             raise ConfigError("data.strokes", f"must be 0 or more. Received: {d['strokes']}")
+        choice(d, "data", "holes", ("rectangle", *masks.GENERATORS))
+        if d["masks"] is not None and (not isinstance(d["masks"], str) or not d["masks"]):
+            raise ConfigError(
+                "data.masks", f"expected a folder of mask images. Received: {d['masks']!r}"
+            )
         positive(self.model, "model", "width")
         if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
             raise ConfigError("model.dilations", "must be a list of positive integers")
@@ -114,9 +160,20 @@ class Completion(ImageTask):
                 "model.feather",
                 f"must be a whole number of pixels, 0 or more. Received: {feather!r}",
             )
+        self.check_recipe_options()
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        self.d_hole_loss, self.g_hole_loss = losses.targeted(self.loss["adversarial"])
+        choice(self.loss, "loss", "adversarial_target", ("image", "hole"))
+        if self.loss["adversarial_target"] == "hole" and self.model["discriminator"] is None:
+            if self.model["discriminator_type"] != "patch":
+                raise ConfigError(
+                    "loss.adversarial_target",
+                    "hole needs a discriminator with an output per patch "
+                    "(model.discriminator_type: patch); the glcic one gives one logit an "
+                    "image",
+                )
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.size = d["size"]
         if self.size % 4:
@@ -138,6 +195,61 @@ class Completion(ImageTask):
                 f"a rate above data.size ({self.size}) sees only padding. Received: {wide[0]}",
             )
 
+    def check_recipe_options(self):
+        """The options of LaMa's and DeepFill's recipes: `model.gated`,
+        `loss.spatial_discount`, `loss.perceptual_network`."""
+        if not isinstance(self.model["gated"], bool):
+            raise ConfigError(
+                "model.gated", f"must be true or false. Received: {self.model['gated']!r}"
+            )
+        discount = self.loss["spatial_discount"]
+        if discount is not None and (
+            isinstance(discount, bool)
+            or not isinstance(discount, (int, float))
+            or not 0 < discount <= 1
+        ):
+            raise ConfigError(
+                "loss.spatial_discount",
+                f"must be a number in (0, 1] (DeepFill: 0.9), or null. Received: {discount!r}",
+            )
+        network = self.loss["perceptual_network"]
+        if network is not None and not isinstance(network, str):
+            raise ConfigError(
+                "loss.perceptual_network",
+                f"expected 'package.module:function'. Received: {network!r}",
+            )
+
+    def describe_inputs(self):
+        d = self.data
+        if d["masks"] is not None:
+            count = "" if self.mask_bank is None else f"{len(self.mask_bank):,} "
+            holes = f"{count}mask images from {d['masks']}, drawn at random"
+        elif d["holes"] == "rectangle":
+            holes = f"a rectangle an image, sides {d['hole_min']:g}-{d['hole_max']:g} of the image"
+            holes += f", and {d['strokes']} strokes" if d["strokes"] else ""
+        else:
+            holes = {"box": "LaMa's boxes", "wide": "LaMa's wide masks (strokes or boxes)"}
+            holes = holes[d["holes"]]
+        return [f"holes: {holes}"]
+
+    def describe_networks(self):
+        lines = {}
+        if self.builds_own("generator"):
+            rates = ", ".join(str(r) for r in self.model["dilations"])
+            lines["generator"] = f"GLCIC encoder-decoder, dilation rates {rates}" + (
+                ", gated convolutions" if self.model["gated"] else ""
+            )
+        if self.builds_own("discriminator"):
+            kind = self.model["discriminator_type"]
+            lines["discriminator"] = (
+                "PatchGAN on the image and its mask" if kind == "patch" else "GLCIC global + local"
+            )
+        target = self.loss["adversarial_target"]
+        if target == "hole":
+            line = lines.get("discriminator", "your discriminator")
+            lines["discriminator"] = f"{line}, fake target: the hole (LaMa)"
+        return lines
+
     def network_sizes(self):
         size, width, crop = self.size, self.model["width"], self.crop
         dilated = len(self.model["dilations"])
@@ -146,6 +258,7 @@ class Completion(ImageTask):
         if self.builds_own("generator"):
             # 3x3 convolutions: in and out widths in units of `width` (see `generator`).
             units = 2 + 8 + 16 * (dilated + 1) + 8 + 8 + 2 + 2
+            units *= 2 if self.model["gated"] else 1  # a gate beside each convolution
             parameters += [(("model.width", "model.dilations"), 9 * width * width * units)]
             quarter = (size // 4) ** 2 * 4 * width
             floats = size * size * width * 3 + quarter * (dilated + 3)
@@ -163,9 +276,27 @@ class Completion(ImageTask):
         # the image with its hole, the mask, the completion and the image whole
         return 4 * super().sample_floats()
 
+    def prepare(self, updates, device=None):
+        super().prepare(updates, device)
+        terms = {term for update in updates for term, _ in update.loss}
+        if "perceptual" in terms and self.loss["perceptual_network"] is None:
+            raise ConfigError(
+                "loss.perceptual_network",
+                "the perceptual term needs a feature network: name a function of the task "
+                "that returns a keras.Model from images [S, S, C] in [-1, 1] to features "
+                "('package.module:function')",
+            )
+
     # Networks --------------------------------------------------------------------------------
 
+    perceptual_network = None  # the frozen feature network of `loss.perceptual_network`
+
+    mask_bank = None  # with `data.masks`: the user's masks [N, S, S, 1], fitted
+
     def build(self):
+        if self.data["masks"] is not None:
+            folder = os.path.expanduser(self.data["masks"])
+            self.mask_bank, _ = masks.load_masks(folder, self.size)
         self.build_source()
         size, channels, crop = self.size, self.data["channels"], self.crop
         self.generator = self.build_network(
@@ -184,13 +315,51 @@ class Completion(ImageTask):
                 (1,),
             )
         self.discriminator_features = feature_extractor(self.discriminator)
+        if self.loss["perceptual_network"] is not None:
+            self.perceptual_network = self.build_feature_network()
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
+
+    def build_feature_network(self):
+        """The user's feature network of `loss.perceptual_network`, frozen (not trained, not
+        checkpointed: the function must return the same weights every time, e.g. from a
+        file), checked on a batch of zeros."""
+        from stagegan.config.objects import call_user, load_object
+
+        key, path = "loss.perceptual_network", self.loss["perceptual_network"]
+        network = call_user(key, path, load_object(path, key), self)
+        if not isinstance(network, keras.Model):
+            raise ConfigError(key, f"{path} returned {type(network).__name__}, not a keras.Model")
+        network.trainable = False
+        shape = (1, self.size, self.size, self.data["channels"])
+        try:
+            features = call_user(key, path, network, tf.zeros(shape), training=False)
+        except ConfigError as e:
+            message = f"{path} cannot take images {list(shape[1:])}: {e.message}"
+            raise ConfigError(key, message) from None
+        if not all(tf.is_tensor(f) for f in tf.nest.flatten(features)):
+            raise ConfigError(key, f"{path} must return a tensor or a list of tensors")
+        return network
 
     # Batches ---------------------------------------------------------------------------------
 
     def random_inputs(self, batch_size):
-        return draw_holes(self.rngs.noise, batch_size, self.size, self.data, self.crop)
+        return self.draw_holes(self.rngs.noise, batch_size)
+
+    def draw_holes(self, rng, batch_size):
+        """Holes for `batch_size` images from `rng`: `data.masks`' files drawn at random,
+        else `data.holes`' generator (`rectangle`: `draw_holes`)."""
+        if self.mask_bank is not None:
+            return self.holes_of(masks.drawn_from(rng, self.mask_bank, batch_size))
+        if self.data["holes"] == "rectangle":
+            return draw_holes(rng, batch_size, self.size, self.data, self.crop)
+        return self.holes_of(masks.GENERATORS[self.data["holes"]](rng, batch_size, self.size))
+
+    def holes_of(self, mask):
+        """The batch entries of masks `mask` [B, S, S, 1]: the mask, the local crop around
+        each hole's centre of mass, the batch's hole share."""
+        mask = tf.convert_to_tensor(mask, tf.float32)
+        return with_share({"mask": mask, "crop_offset": masks.crop_offsets(mask, self.crop)})
 
     # Losses ----------------------------------------------------------------------------------
 
@@ -206,9 +375,14 @@ class Completion(ImageTask):
 
     def reconstruction_weights(self, mask):
         """Where (and how much) the reconstruction terms count: the hole, or with
-        `model.feather` the blend weights."""
+        `model.feather` the blend weights; with `loss.spatial_discount` the hole's pixels
+        weigh less the further they are from a known pixel."""
         feather = self.model["feather"]
-        return feathered(mask, feather) if feather else mask
+        weights = feathered(mask, feather) if feather else mask
+        discount = self.loss["spatial_discount"]
+        if discount is not None and discount < 1:
+            weights = weights * tf.where(mask > 0, discounted(mask, discount), 1.0)
+        return weights
 
     def crops(self, images, offsets):
         return crop_around(images, offsets, self.crop)
@@ -220,8 +394,31 @@ class Completion(ImageTask):
         `crop_offset`, the patch discriminator the batch's holes."""
         images = self.augment(images, batch, side)
         if self.model["discriminator_type"] == "patch":
-            return tf.concat([images, batch["mask"]], -1)
+            return tf.concat([images, self.seen_mask(batch, side)], -1)
         return [images, self.crops(images, batch["crop_offset"])]
+
+    def seen_mask(self, batch, side):
+        """The batch's holes where the discriminator sees them: moved with the images by the
+        spatial ops of the stage's augmentation (the same numbers of `side`), in [0, 1]."""
+        if self.augmenter is None:
+            return batch["mask"]
+        uniforms = batch[f"augment_{side}"]
+        moved = self.augmenter(batch["mask"], uniforms, spatial_only=True)
+        return tf.clip_by_value(moved, 0.0, 1.0)
+
+    def hole_target(self, batch, logits):
+        """How fake each of the patch discriminator's outputs `logits` [B, h, w, 1] on a
+        completed image is (`loss.adversarial_target: hole`): the share of hole in its cell
+        of the image (the seen mask area-averaged to the output grid; LaMa resizes it
+        nearest-neighbour)."""
+        if logits.shape.rank != 4:
+            raise ConfigError(
+                "loss.adversarial_target",
+                "hole needs a discriminator with a map of outputs [B, h, w, 1]; "
+                f"model.discriminator gives shape {logits.shape}",
+            )
+        mask = self.seen_mask(batch, "fake")
+        return tf.image.resize(mask, logits.shape[1:3], method="area")
 
     def score(self, images, batch, side="real"):
         """The discriminator's float32 logits for `images` (see `discriminator_inputs`)."""
@@ -256,8 +453,13 @@ class Completion(ImageTask):
             out["reconstruction"] = reconstruction(x, raw, weights, self.loss["reduction"])
         if "reconstruction_l1" in terms:
             out["reconstruction_l1"] = losses.masked_l1(x, raw, weights, self.loss["reduction"])
-        scored = {"d_adversarial", *regularisers.TERMS, *regularisers.LECAM_MONITORS}
-        if scored & set(terms):
+        if "reconstruction_known" in terms:  # LaMa's L1 on the known pixels only
+            known = 1.0 - mask
+            out["reconstruction_known"] = losses.masked_l1(x, raw, known, self.loss["reduction"])
+        if "perceptual" in terms:
+            out["perceptual"] = perceptual_loss(self.perceptual_network, x, raw)
+        outputs = None
+        if {"d_adversarial", *regularisers.TERMS, *regularisers.LECAM_MONITORS} & set(terms):
             held = tf.stop_gradient(completed)
             real_logits = self.score(x, batch)
             fake_logits = self.score(held, batch, "fake")
@@ -266,14 +468,35 @@ class Completion(ImageTask):
             out.update(
                 regularisers.discriminator_terms(self, terms, batch, outputs, scorers, images)
             )
-        if "d_adversarial" in terms:
-            out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
-            out.update(self.d_accuracy(real_logits, fake_logits, terms))
-        if "g_adversarial" in terms:
-            out["g_adversarial"] = self.g_loss(self.score(completed, batch, "fake"))
+        out.update(self.adversarial_terms(batch, terms, completed, outputs))
         if "feature_matching" in terms:
             real = [tf.stop_gradient(f) for f in self.features(x, batch)]
             out["feature_matching"] = feature_matching(real, self.features(completed, batch))
+        return out
+
+    def adversarial_terms(self, batch, terms, completed, outputs):
+        """`d_adversarial` and its accuracies, and `g_adversarial`, with the target of
+        `loss.adversarial_target`; `outputs`: the discriminator's (real, fake) outputs on the
+        batch (the completions held constant), when a discriminator term needs them."""
+        out = {}
+        by_hole = self.loss["adversarial_target"] == "hole"
+        share = batch["hole_share"][0] if by_hole else None  # the global batch's
+        if "d_adversarial" in terms:
+            real_logits, fake_logits = outputs
+            if by_hole:
+                target = self.hole_target(batch, fake_logits)
+                out["d_adversarial"] = self.d_hole_loss(real_logits, fake_logits, target)
+            else:
+                target = None
+                out["d_adversarial"] = self.d_loss(real_logits, fake_logits)
+            out.update(self.d_accuracy(real_logits, fake_logits, terms, target, share))
+        if "g_adversarial" in terms:
+            logits = self.score(completed, batch, "fake")
+            if by_hole:
+                target = self.hole_target(batch, logits)
+                out["g_adversarial"] = self.g_hole_loss(logits, target, share)
+            else:
+                out["g_adversarial"] = self.g_loss(logits)
         return out
 
     def sample(self, inputs):
@@ -295,11 +518,13 @@ class Completion(ImageTask):
         images, held_out = self.reference_images(count, seed, key)
         return self.inputs_for_images(images, seed), {"held_out": held_out}
 
-    def inputs_for_images(self, images, seed):
-        """Holes for given images in [-1, 1], drawn from `seed`'s noise stream."""
-        holes = draw_holes(
-            make_generator(seed, NOISE_STREAM), len(images), self.size, self.data, self.crop
-        )
+    def inputs_for_images(self, images, seed, user_masks=None):
+        """Holes for given images in [-1, 1]: `user_masks` [N, S, S, 1] (one per image), else
+        drawn from `seed`'s noise stream."""
+        if user_masks is not None:
+            holes = self.holes_of(user_masks)
+        else:
+            holes = self.draw_holes(make_generator(seed, NOISE_STREAM), len(images))
         return {"x": np.asarray(images, np.float32), **{k: v.numpy() for k, v in holes.items()}}
 
     def sample_outputs(self, inputs):
@@ -404,6 +629,15 @@ def generator(task):
     conv = lambda filters, name, **kw: layers.Conv2D(
         filters, 3, padding="same", activation="relu", name=name, **kw
     )
+    if task.model["gated"]:
+        plain = conv
+
+        def conv(filters, name, **kw):  # DeepFill v2's gated convolution
+            gate = layers.Conv2D(
+                filters, 3, padding="same", activation="sigmoid", name=f"{name}_gate", **kw
+            )
+            return lambda h: layers.Multiply()([plain(filters, name, **kw)(h), gate(h)])
+
     up = lambda h: layers.UpSampling2D(2, interpolation="nearest")(h)
     x = keras.Input((size, size, channels + 1))
     full = conv(width, "enc1")(x)  # S
@@ -498,6 +732,36 @@ def feature_matching(real_features, fake_features):
     )
 
 
+def perceptual_loss(network, real, output):
+    """The sum over `network`'s outputs of the mean squared difference between its features
+    of `output` and of `real` (held constant), as LaMa's perceptual loss on the generator's
+    raw output."""
+    real_features = tf.nest.flatten(network(real, training=False))
+    fake_features = tf.nest.flatten(network(output, training=False))
+    return tf.add_n(
+        [
+            tf.reduce_mean(tf.square(float32(f) - tf.stop_gradient(float32(r))))
+            for r, f in zip(real_features, fake_features, strict=True)
+        ]
+    )
+
+
+def discounted(mask, gamma):
+    """DeepFill's spatial discount (Yu et al. 2018) for any hole `mask` [B, S, S, 1]:
+    gamma ** (d - 1) at a hole pixel whose nearest known pixel is d pixels away (chessboard
+    distance; 1 at the hole's edge), 1 elsewhere. For an h x w rectangle off the image's
+    border this is max(gamma ** min(i, h - 1 - i), gamma ** min(j, w - 1 - j)) at its pixel
+    (i, j): DeepFill's `spatial_discounting_mask`, whose code has h - i and w - j (one step
+    more at the far edges). The image's border is not a known pixel."""
+    known = 1.0 - mask
+    weights = known
+    for d in range(1, mask.shape[1]):  # the known region grown by one pixel at a time
+        grown = tf.nn.max_pool2d(known, 3, 1, "SAME")
+        weights += (grown - known) * gamma ** (d - 1)
+        known = grown
+    return weights + (1.0 - known)  # no known pixel at all: weight 1
+
+
 def feathered(mask, feather):
     """Blend weights [B, S, S, 1] of holes `mask`: 1 in the hole, (F + 1 - d) / (F + 1) at
     chessboard distance d <= F from it, 0 further out (the mean of the hole grown by
@@ -524,7 +788,15 @@ def draw_holes(rng, batch_size, size, options, crop):
         mask = tf.maximum(mask, draw_strokes(rng, batch_size, size, options["strokes"]))
     centre = corner + hw // 2
     offset = tf.clip_by_value(centre - crop // 2, 0, size - crop)
-    return {"mask": mask[..., None], "crop_offset": offset}
+    return with_share({"mask": mask[..., None], "crop_offset": offset})
+
+
+def with_share(holes):
+    """`holes` with `hole_share` [B]: the share of the batch's pixels in a hole, one copy an
+    image, so that every replica's shard carries the global batch's (see `losses.targeted`)."""
+    mask = holes["mask"]
+    share = tf.fill(tf.shape(mask)[:1], tf.reduce_mean(mask))
+    return {**holes, "hole_share": share}
 
 
 def draw_strokes(rng, batch_size, size, count):
