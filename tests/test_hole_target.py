@@ -124,7 +124,34 @@ def config(loss, **model):
 
 @pytest.fixture(scope="module")
 def trainers():
-    return {name: Trainer(config(name)) for name in sorted(NUMPY)}
+    made = {name: Trainer(config(name)) for name in sorted(NUMPY)}
+    made["feathered"] = Trainer(config("hinge", feather=2))
+    return made
+
+
+def feathered_by_hand(mask, feather):
+    """Blend weights: (F + 1 - d) / (F + 1) at chessboard distance d from the hole, >= 0."""
+    out = np.zeros_like(mask)
+    for b, i, j in np.ndindex(*mask.shape[:3]):
+        holes = np.argwhere(mask[b, ..., 0] > 0)
+        d = np.abs(holes - [i, j]).max(axis=1).min()
+        out[b, i, j, 0] = max(0.0, (feather + 1 - d) / (feather + 1))
+    return out
+
+
+def test_with_feathering_the_target_is_the_share_of_generated_pixels(trainers):
+    task = trainers["feathered"].task
+    batch = to_replica_floats(task.batch(4))
+    x, mask = batch["x"].numpy(), batch["mask"].numpy()
+    weights = feathered_by_hand(mask, 2)
+    assert float(batch["hole_share"][0]) == pytest.approx(weights.mean(), rel=1e-5)
+    completed = task.complete(batch["x"], batch["mask"], training=True)[1].numpy()
+    out = task.losses(batch, ["d_adversarial", "g_adversarial"])
+    real_logits = pool(x[..., :1] + 0.5 * mask)
+    fake_logits = pool(completed[..., :1] + 0.5 * mask)
+    d, g = by_hand("hinge", real_logits, fake_logits, pool(weights), weights.mean())
+    assert float(out["d_adversarial"]) == pytest.approx(d, rel=1e-4)
+    assert float(out["g_adversarial"]) == pytest.approx(g, rel=1e-4)
 
 
 @pytest.mark.parametrize("name", sorted(NUMPY))

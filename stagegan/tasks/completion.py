@@ -352,14 +352,25 @@ class Completion(ImageTask):
         if self.mask_bank is not None:
             return self.holes_of(masks.drawn_from(rng, self.mask_bank, batch_size))
         if self.data["holes"] == "rectangle":
-            return draw_holes(rng, batch_size, self.size, self.data, self.crop)
+            holes = draw_holes(rng, batch_size, self.size, self.data, self.crop)
+            return self.with_share(holes)
         return self.holes_of(masks.GENERATORS[self.data["holes"]](rng, batch_size, self.size))
 
     def holes_of(self, mask):
         """The batch entries of masks `mask` [B, S, S, 1]: the mask, the local crop around
         each hole's centre of mass, the batch's hole share."""
         mask = tf.convert_to_tensor(mask, tf.float32)
-        return with_share({"mask": mask, "crop_offset": masks.crop_offsets(mask, self.crop)})
+        crop_offset = masks.crop_offsets(mask, self.crop)
+        return self.with_share({"mask": mask, "crop_offset": crop_offset})
+
+    def with_share(self, holes):
+        """`holes` with `hole_share` [B]: the share of the batch's pixels that the generator
+        makes (the holes, or the blend weights of `model.feather`), one copy an image, so
+        that every replica's shard carries the global batch's (see `losses.targeted`)."""
+        feather, mask = self.model["feather"], holes["mask"]
+        weights = feathered(mask, feather) if feather else mask
+        share = tf.fill(tf.shape(mask)[:1], tf.reduce_mean(weights))
+        return {**holes, "hole_share": share}
 
     # Losses ----------------------------------------------------------------------------------
 
@@ -397,19 +408,22 @@ class Completion(ImageTask):
             return tf.concat([images, self.seen_mask(batch, side)], -1)
         return [images, self.crops(images, batch["crop_offset"])]
 
-    def seen_mask(self, batch, side):
-        """The batch's holes where the discriminator sees them: moved with the images by the
-        spatial ops of the stage's augmentation (the same numbers of `side`), in [0, 1]."""
+    def seen_mask(self, batch, side, mask=None):
+        """The batch's holes (or `mask`, a map of the same shape) where the discriminator
+        sees them: moved with the images by the spatial ops of the stage's augmentation (the
+        same numbers of `side`), in [0, 1]."""
+        mask = batch["mask"] if mask is None else mask
         if self.augmenter is None:
-            return batch["mask"]
+            return mask
         uniforms = batch[f"augment_{side}"]
-        moved = self.augmenter(batch["mask"], uniforms, spatial_only=True)
+        moved = self.augmenter(mask, uniforms, spatial_only=True)
         return tf.clip_by_value(moved, 0.0, 1.0)
 
     def hole_target(self, batch, logits):
         """How fake each of the patch discriminator's outputs `logits` [B, h, w, 1] on a
-        completed image is (`loss.adversarial_target: hole`): the share of hole in its cell
-        of the image (the seen mask area-averaged to the output grid; LaMa resizes it
+        completed image is (`loss.adversarial_target: hole`): the share of generated pixels
+        in its cell of the image (the hole, or with `model.feather` the blend weights, where
+        the discriminator sees them, area-averaged to the output grid; LaMa resizes the mask
         nearest-neighbour)."""
         if logits.shape.rank != 4:
             raise ConfigError(
@@ -417,8 +431,10 @@ class Completion(ImageTask):
                 "hole needs a discriminator with a map of outputs [B, h, w, 1]; "
                 f"model.discriminator gives shape {logits.shape}",
             )
-        mask = self.seen_mask(batch, "fake")
-        return tf.image.resize(mask, logits.shape[1:3], method="area")
+        feather = self.model["feather"]
+        blend = feathered(batch["mask"], feather) if feather else batch["mask"]
+        generated = self.seen_mask(batch, "fake", blend)
+        return tf.image.resize(generated, logits.shape[1:3], method="area")
 
     def score(self, images, batch, side="real"):
         """The discriminator's float32 logits for `images` (see `discriminator_inputs`)."""
@@ -788,15 +804,7 @@ def draw_holes(rng, batch_size, size, options, crop):
         mask = tf.maximum(mask, draw_strokes(rng, batch_size, size, options["strokes"]))
     centre = corner + hw // 2
     offset = tf.clip_by_value(centre - crop // 2, 0, size - crop)
-    return with_share({"mask": mask[..., None], "crop_offset": offset})
-
-
-def with_share(holes):
-    """`holes` with `hole_share` [B]: the share of the batch's pixels in a hole, one copy an
-    image, so that every replica's shard carries the global batch's (see `losses.targeted`)."""
-    mask = holes["mask"]
-    share = tf.fill(tf.shape(mask)[:1], tf.reduce_mean(mask))
-    return {**holes, "hole_share": share}
+    return {"mask": mask[..., None], "crop_offset": offset}
 
 
 def draw_strokes(rng, batch_size, size, count):
