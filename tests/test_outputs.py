@@ -182,3 +182,16 @@ def test_ema_samples_are_marked_in_the_manifest(tmp_path):
     train(trainer, tmp_path)
     lines = (tmp_path / "samples" / "manifest.jsonl").read_text().splitlines()
     assert [json.loads(x)["ema"] for x in lines] == [True]
+
+
+def test_pictures_and_evaluations_share_one_quantisation():
+    from stagegan.evaluation import evaluate
+    from stagegan.runfolder import pictures
+
+    assert evaluate.to_uint8 is pictures.to_uint8
+    x = np.array([-3.0, -1.0, -1.0 + 0.5 / 127.5, 0.0, 1.0, 1.2], np.float32).reshape(1, 6, 1, 1)
+    # x * 127.5 + 128 truncated: halves go up (1.0 -> 1), the ends clip.
+    assert pictures.to_uint8(x)[0, :, 0, 0].tolist() == [0, 0, 1, 128, 255, 255]
+    levels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1)
+    back = pictures.to_uint8(levels.astype(np.float32) / 127.5 - 1.0)
+    np.testing.assert_array_equal(back[..., 0], levels[..., 0])

@@ -30,7 +30,7 @@ from stagegan.evaluation import memorisation as memo
 from stagegan.evaluation import metrics, realism
 from stagegan.evaluation.memorisation import AUTO_IMAGES
 from stagegan.runfolder.dirs import RunFolder
-from stagegan.runfolder.pictures import write_png
+from stagegan.runfolder.pictures import to_uint8, write_png
 from stagegan.runfolder.samples import chunked_outputs
 
 INCEPTION_SIDE = 299
@@ -542,19 +542,6 @@ def _split_sha256(text):
     if match is None:
         return text, None
     return text[: match.start()], match.group(1).lower()
-
-
-def to_uint8(images):
-    """Images [N, H, W, C] in [-1, 1] -> uint8 [N, H, W, 3], quantised as stylegan2-ada's
-    metrics quantise a generator's output: `x * 127.5 + 128`, clipped to [0, 255] and
-    truncated (so rounded to the nearest level: a uint8 image scaled to [-1, 1] by
-    `u / 127.5 - 1`, as `stagegan.data.sources` reads real images, comes back exactly). Grey is
-    repeated to RGB."""
-    images = np.asarray(images, np.float32)
-    pixels = np.clip(images * 127.5 + 128, 0, 255).astype(np.uint8)
-    if pixels.shape[-1] == 1:
-        pixels = np.repeat(pixels, 3, axis=-1)
-    return pixels
 
 
 def upgrade_graph_def(graph_def):

@@ -16,9 +16,13 @@ MIN_TILE = 64  # small images are enlarged (nearest neighbour) to at least this 
 
 
 def to_uint8(images):
-    """Images in [-1, 1] (any shape ending in C = 1 or 3) -> uint8 RGB in [0, 255]."""
+    """Images in [-1, 1] (any shape ending in C = 1 or 3) -> uint8 RGB in [0, 255], quantised
+    as stylegan2-ada's metrics quantise a generator's output: `x * 127.5 + 128`, clipped to
+    [0, 255] and truncated (so rounded to the nearest level, halves up: a uint8 image scaled
+    to [-1, 1] by `u / 127.5 - 1`, as `stagegan.data.sources` reads real images, comes back
+    exactly). Grey is repeated to RGB. The one quantisation of pictures and evaluations."""
     images = np.asarray(images, np.float32)
-    pixels = np.clip(np.round((images + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    pixels = np.clip(images * 127.5 + 128, 0, 255).astype(np.uint8)
     if pixels.shape[-1] == 1:
         pixels = np.repeat(pixels, 3, axis=-1)
     return pixels
