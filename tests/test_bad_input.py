@@ -193,6 +193,14 @@ CASES = {
         ["plan", "--config", "{root}/list.yaml"],
         ["--config", "must hold a mapping"],
     ),
+    "plan budget that is not a duration": (
+        ["plan", "--config", "mog_ring", "--budget", "soon"],
+        ["--budget: expected a duration like 90s, 10m, 1.5h or 1h30m. Received: 'soon'"],
+    ),
+    "plan budget of no time": (
+        ["plan", "--config", "mog_ring", "--budget", "0m"],
+        ["--budget: must be a positive duration. Received: '0m'"],
+    ),
     "missing config file": (
         ["plan", "--config", "{root}/nope.yaml"],
         ["--config", "no such file or preset"],

@@ -129,6 +129,30 @@ def test_plan_shows_updates_optimizers_and_dropped_variables(tmp_path):
     assert not list(tmp_path.glob("runs"))
 
 
+def test_plan_budget_times_each_stage_and_sizes_the_run(tmp_path):
+    import re
+
+    config = tmp_path / "c.yaml"
+    stages = [
+        {"name": "d", "steps": 40, "updates": [D]},
+        {"name": "g2", "steps": 20, "updates": [D]},
+    ]
+    config.write_text(yaml.safe_dump(toy_config(stages, "p")))
+    result = inprocess("plan", "--config", str(config), "--budget", "1h30m")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.split("\n\nbudget 1h 30m on this machine")[1]
+    per_step = [float(ms) for ms in re.findall(r"([\d.]+) ms a step \(10 timed\)", out)]
+    assert len(per_step) == 2 and all(ms > 0 for ms in per_step)
+    seconds = (40 * per_step[0] + 20 * per_step[1]) / 1000  # what the config's steps cost
+    share = int(re.search(r"the config's 60 steps: about .*, (\d+)% of the budget", out)[1])
+    assert share == round(100 * seconds / 5400)
+    factor = float(re.search(r"fits about [\d,]+ steps in these proportions \(x([\d.]+)\)", out)[1])
+    assert factor == pytest.approx(5400 / seconds, rel=0.02)  # the printed ms are rounded
+    fitted = [int(n) for n in re.findall(r"--set stages\[\d\]\.steps=(\d+)", out)]
+    assert fitted == pytest.approx([40 * factor, 20 * factor], rel=0.02)
+    assert not list(tmp_path.glob("runs"))
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     """The real process path of a refused run; tests/test_bad_input.py holds the catalogue."""
     result = stagegan("train", "--config", "mog_ring", "--set", "bogus=1", cwd=tmp_path)

@@ -8,6 +8,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 
 from stagegan.config.memory import check_memory, format_count
@@ -118,6 +119,12 @@ def build_parser():
 
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
     config_arguments(plan)
+    plan.add_argument(
+        "--budget",
+        metavar="TIME",
+        help="time a few steps of each stage on this machine and say how many fit in TIME "
+        "(90s, 10m, 1.5h, 1h30m) and what the config's steps cost",
+    )
     plan.set_defaults(func=cmd_plan)
 
     def run_arguments(p):
@@ -459,12 +466,31 @@ def cmd_launch(args):
     return launch(args.workers, worker_args, args.grace, gpus)
 
 
+def parse_duration(text, key="--budget"):
+    """Seconds in `text`: a number with a unit, or several (`90s`, `10m`, `1.5h`, `1h30m`).
+
+    Raises:
+        ConfigError: anything else, or no time at all.
+    """
+    pieces = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", str(text).strip().lower())
+    rebuilt = "".join(f"{n}{u}" for n, u in pieces)
+    if not pieces or rebuilt != re.sub(r"\s+", "", str(text).strip().lower()):
+        raise ConfigError(
+            key, f"expected a duration like 90s, 10m, 1.5h or 1h30m. Received: {text!r}"
+        )
+    seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in pieces)
+    if seconds <= 0:
+        raise ConfigError(key, f"must be a positive duration. Received: {text!r}")
+    return seconds
+
+
 def cmd_plan(args):
+    budget = None if args.budget is None else parse_duration(args.budget)
     config = load(args)
     import_tensorflow()
     from stagegan.run import runner
 
-    print(runner.describe(config))
+    print(runner.describe(config, budget=budget))
     return 0
 
 

@@ -169,3 +169,80 @@ def describe_data(task):
             )
             lines.append(f"conditional: {how} in the generator, projection discriminator")
     return lines
+
+
+# Budget sizing (`plan --budget`) ---------------------------------------------------------------
+
+WARMUP_STEPS = 2  # untimed: the first traces and compiles
+TIMED_STEPS = 10  # at least; more when an update runs every N steps (up to MAX_TIMED_STEPS)
+MAX_TIMED_STEPS = 32
+
+
+def time_stages(trainer):
+    """Seconds per step of each stage of a traced `trainer`, measured by running a few of its
+    steps on this machine (`WARMUP_STEPS` untimed, then `TIMED_STEPS` or, when an update runs
+    every N steps, N of them, at most `MAX_TIMED_STEPS`): `[(stage, seconds per step, timed
+    steps)]`. The trainer's state moves on: a plan's trainer is thrown away after."""
+    import time
+
+    schedule, out = trainer.schedule, []
+    for index, stage in enumerate(trainer.config.stages):
+        every = max((update.every for update in stage.updates), default=1)
+        timed = min(max(TIMED_STEPS, every), MAX_TIMED_STEPS)
+        steps = min(schedule.lengths[index], WARMUP_STEPS + timed)
+        start = schedule.starts[index]
+        began = None
+        for offset in range(steps):
+            if offset == min(WARMUP_STEPS, steps - 1):
+                began = time.perf_counter()
+            output = trainer.step(schedule.position(start + offset))
+            for value in output.metrics.values():  # the step has finished
+                float(value)
+                break
+        counted = steps - min(WARMUP_STEPS, steps - 1)
+        out.append((stage, (time.perf_counter() - began) / counted, counted))
+    return out
+
+
+def describe_budget(trainer, budget, timings=None):
+    """The plan's lines on `budget` seconds: each stage's measured time per step, what the
+    config's steps cost, and how many steps fit (in the config's proportions)."""
+    timings = time_stages(trainer) if timings is None else timings
+    total = sum(s.steps * per_step for s, per_step, _ in timings)
+    lines = [
+        f"budget {format_seconds(budget)} on this machine (training steps only: evaluations, "
+        "sample dumps and checkpoints add to it; each stage timed over a few steps after "
+        f"{WARMUP_STEPS} untimed):"
+    ]
+    for stage, per_step, counted in timings:
+        lines.append(
+            f"  stage {stage.name!r}: {1000 * per_step:.1f} ms a step ({counted} timed), "
+            f"{stage.steps:,} steps: {format_seconds(stage.steps * per_step)}"
+        )
+    steps = sum(stage.steps for stage, _, _ in timings)
+    share = total / budget
+    lines.append(
+        f"  the config's {steps:,} steps: about {format_seconds(total)}, "
+        f"{100 * share:.0f}% of the budget"
+    )
+    factor = budget / total if total > 0 else float("inf")
+    fitted = [max(1, int(stage.steps * factor)) for stage, _, _ in timings]
+    sets = " ".join(
+        f"--set stages[{i}].steps={n}" for i, n in enumerate(fitted) if n != timings[i][0].steps
+    )
+    lines.append(
+        f"  {format_seconds(budget)} fits about {sum(fitted):,} steps in these proportions "
+        f"(x{factor:.2f})" + (f": {sets}" if sets else "")
+    )
+    return lines
+
+
+def format_seconds(seconds):
+    """`45s`, `3m 20s`, `1h 05m`."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes}m" if rest == 0 else f"{minutes}m {rest:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from stagegan.data.sources import forget_clusters
-from stagegan.run.planning import describe_plan
+from stagegan.run.planning import describe_budget, describe_plan
 from stagegan.run.reading import evaluate_run, restore_run, reuse_clusters, sample_arrays
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
@@ -140,9 +140,10 @@ def worker(trainer, run_dir):
     return Path(run_dir) if run_dir else None
 
 
-def describe(config, run_dir=None):
+def describe(config, run_dir=None, budget=None):
     """The plan of `config`: a built and traced trainer, described (`stagegan plan`; with
-    `run_dir`, the plan of that run, on the clusters it recorded)."""
+    `run_dir`, the plan of that run, on the clusters it recorded; with `budget`, seconds, a
+    few steps of each stage are timed and the plan says how many fit: `describe_budget`)."""
     level = log.level
     log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
     try:
@@ -154,7 +155,10 @@ def describe(config, run_dir=None):
         trainer.trace()
     finally:
         log.setLevel(level)
-    return describe_plan(trainer)
+    text = describe_plan(trainer)
+    if budget is not None:
+        text += "\n\n" + "\n".join(describe_budget(trainer, budget))
+    return text
 
 
 def sample(run_dir, num, checkpoint=None, **options):
