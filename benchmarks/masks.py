@@ -54,7 +54,8 @@ def main():
     for stem, mask in zip(stems, pixels, strict=True):
         (args.out / f"{stem}.png").write_bytes(tf.io.encode_png(mask).numpy())
     share = float(np.asarray(drawn).mean())
-    print(f"{len(stems)} {args.kind} masks of {args.size} px in {args.out} (hole share {share:.2f})")
+    where = f"{args.size} px in {args.out}"
+    print(f"{len(stems)} {args.kind} masks of {where} (hole share {share:.3f})")
 
 
 if __name__ == "__main__":
