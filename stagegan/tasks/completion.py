@@ -364,9 +364,12 @@ class Completion(ImageTask):
         return self.with_share({"mask": mask, "crop_offset": crop_offset})
 
     def with_share(self, holes):
-        """`holes` with `hole_share` [B]: the share of the batch's pixels that the generator
-        makes (the holes, or the blend weights of `model.feather`), one copy an image, so
-        that every replica's shard carries the global batch's (see `losses.targeted`)."""
+        """`holes` with, for `loss.adversarial_target: hole`, `hole_share` [B]: the share of
+        the batch's pixels that the generator makes (the holes, or the blend weights of
+        `model.feather`), one copy an image, so that every replica's shard carries the
+        global batch's (see `losses.targeted`). Other runs need no share: `holes` as given."""
+        if self.loss["adversarial_target"] != "hole":
+            return holes
         feather, mask = self.model["feather"], holes["mask"]
         weights = feathered(mask, feather) if feather else mask
         share = tf.fill(tf.shape(mask)[:1], tf.reduce_mean(weights))
