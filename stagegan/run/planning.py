@@ -216,7 +216,7 @@ def describe_budget(trainer, budget, timings=None):
     ]
     for stage, per_step, counted in timings:
         lines.append(
-            f"  stage {stage.name!r}: {1000 * per_step:.1f} ms a step ({counted} timed), "
+            f"  stage {stage.name!r}: {milliseconds(per_step)} ms a step ({counted} timed), "
             f"{stage.steps:,} steps: {format_seconds(stage.steps * per_step)}"
         )
     steps = sum(stage.steps for stage, _, _ in timings)
@@ -235,6 +235,12 @@ def describe_budget(trainer, budget, timings=None):
         f"(x{factor:.2f})" + (f": {sets}" if sets else "")
     )
     return lines
+
+
+def milliseconds(seconds):
+    """Milliseconds to 3 significant digits (`0.734`, `73.6`), whole from 100 (`1512`)."""
+    ms = 1000 * seconds
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def format_seconds(seconds):
