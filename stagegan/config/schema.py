@@ -56,7 +56,7 @@ MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
 
 GUARD_POLICIES = ("skip", "stop", "off")
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
-STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment")
+STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment", "resolution", "fade_in")
 # Augmentation ops (`stagegan.core.augment`) -> the uniform numbers each draws per image, besides
 # its gate.
 AUGMENT_OPS = {
@@ -353,6 +353,8 @@ class Stage:
     key: str
     until: object = None
     augment: object = None
+    resolution: object = None  # the side it trains at (model.arch: progressive); None: data.size
+    fade_in: bool = False  # a transition stage: the resolution's new blocks fade in
 
 
 def _towers(towers, key):
@@ -1299,6 +1301,7 @@ def _parse_stages(value, named, augment=None):
             until = _parse_until(stage_raw["until"], f"{key}.until", steps)
         own = stage_raw.get("augment", INHERIT)
         stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
+        resolution, fade_in = _growth(stage_raw, key)
         stages.append(
             Stage(
                 name=name,
@@ -1308,9 +1311,22 @@ def _parse_stages(value, named, augment=None):
                 key=key,
                 until=until,
                 augment=stage_augment,
+                resolution=resolution,
+                fade_in=fade_in,
             )
         )
     return tuple(stages), optimizers, shared
+
+
+def _growth(stage_raw, key):
+    """A stage's `(resolution, fade_in)` (progressive growing; the task checks the sides)."""
+    resolution = stage_raw.get("resolution")
+    if resolution is not None:
+        resolution = _integer(resolution, f"{key}.resolution", minimum=4)
+    fade_in = _boolean(stage_raw.get("fade_in", False), f"{key}.fade_in")
+    if fade_in and resolution is None:
+        raise ConfigError(f"{key}.fade_in", "needs the stage's resolution (stages[i].resolution)")
+    return resolution, fade_in
 
 
 def _metric_mode(value, name, key):

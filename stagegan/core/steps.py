@@ -120,6 +120,8 @@ class StageStep:
             `d_real_accuracy` (a discriminator update) feeds its adaptive p.
         observe: optional `(terms, applied) -> None`, traced in after each update's
             application on the variable device, with its averaged terms (`Task.observe`).
+        before_step: optional `(stage_step) -> None`, traced in first on the variable device
+            (`Task.begin_step`: progressive growing's alpha).
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class StageStep:
         after_step=None,
         augmenter=None,
         observe=None,
+        before_step=None,
     ):
         self.stage = stage
         self.plans = tuple(plans)
@@ -143,6 +146,7 @@ class StageStep:
         self.after_step = after_step
         self.augmenter = augmenter
         self.observe = observe
+        self.before_step = before_step
         self.trace_count = 0
         self.gradient_trace_count = 0  # traces of the variant that also returns gradients
         self.traced = {}  # update name -> TracedUpdate, filled by tracing
@@ -200,6 +204,9 @@ class StageStep:
         else:
             self.trace_count += 1
         gradients = {} if with_gradients else None
+        if self.before_step is not None:
+            with tf.device(self.replicas.variables):
+                self.before_step(stage_step)
         if self.stage.mode == "sequential":
             outputs = [self._sequential(plan, stage_step, gradients) for plan in self.plans]
         else:

@@ -98,6 +98,7 @@ def describe_plan(trainer):
             if warning is not None:
                 lines.append(f"  warning: {warning}")
         lines += describe_augment(stage, config)
+        lines += trainer.task.describe_stage(stage)
         for plan in stage_step.plans:
             update = plan.update
             loss = " + ".join(f"{w:g}*{t}" for t, w in update.loss)

@@ -109,6 +109,7 @@ class Task:
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
     augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
     augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
+    stage = None  # the `config.Stage` whose step traces, else None
     lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
     consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
     # Whether `real_batch` reads on the host (tf.data, host memory): the trainer then draws
@@ -165,6 +166,29 @@ class Task:
         if self.lecam is not None and "lecam" in terms:
             return self.lecam.trackables()
         return {}
+
+    def check_stages(self, stages):
+        """Refuse stage settings the task has no use for (`resolution`, `fade_in`: progressive
+        growing, `model.arch: progressive` of the image GANs)."""
+        for stage in stages:
+            for key in ("resolution", "fade_in"):
+                if getattr(stage, key):
+                    raise ConfigError(
+                        f"{stage.key}.{key}",
+                        "applies to progressive growing only (task unconditional with "
+                        f"model.arch: progressive; this run: task {self.name}"
+                        + (f", arch {self.model.get('arch')}" if self.model.get("arch") else "")
+                        + ")",
+                    )
+
+    def begin_step(self, stage, stage_step):
+        """Traced at the start of every step of `stage` (on the variable device), with its
+        stage step (int64 tensor): state that follows the schedule (progressive growing's
+        alpha). The default does nothing."""
+
+    def describe_stage(self, stage):
+        """Lines `plan` adds under a stage (progressive growing's resolution and alpha)."""
+        return []
 
     def build(self):
         """Build the networks; returns `{scope: keras.Model}`."""

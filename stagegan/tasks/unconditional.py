@@ -32,9 +32,10 @@ from stagegan.core.layers import conv2d, dense
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
-from stagegan.tasks import resnet
+from stagegan.tasks import progressive, resnet
 from stagegan.tasks.base import ImageTask, adversarial_losses, choice, float32, positive
 
+ARCHS = {"resnet": resnet, "progressive": progressive}
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
@@ -63,6 +64,8 @@ class Unconditional(ImageTask):
             "pack": 1,
             "spectral_norm": False,
             "conditional": False,
+            "mbstd_group": 4,  # progressive only
+            "equalised_lr": True,  # progressive only
             "generator": None,
             "discriminator": None,
         },
@@ -76,8 +79,18 @@ class Unconditional(ImageTask):
     def __init__(self, options, rngs):
         super().__init__(options, rngs)
         self.size = self.data["size"]
-        self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet"))
-        if self.arch == "resnet":
+        self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet", "progressive"))
+        if self.arch != "progressive":
+            for key, default in (("mbstd_group", 4), ("equalised_lr", True)):
+                if self.model[key] != default:
+                    raise ConfigError(
+                        f"model.{key}",
+                        "applies to model.arch: progressive only (the run's arch is "
+                        f"{self.arch}). Received: {self.model[key]!r}",
+                    )
+        if self.arch == "progressive":
+            progressive.check_options(self.model, self.size)
+        elif self.arch == "resnet":
             resnet.check_options(self.model, self.size)
         elif self.size not in START:
             raise ConfigError(
@@ -98,6 +111,35 @@ class Unconditional(ImageTask):
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.conditional = self.model["conditional"]
+        self.growth = None
+
+    # Progressive growing (model.arch: progressive, `stagegan.tasks.progressive`) -------------
+
+    def prepare(self, updates, device=None):
+        super().prepare(updates, device)
+        if self.arch == "progressive":
+            self.growth = progressive.Growth(self, device)
+
+    def check_stages(self, stages):
+        if self.arch != "progressive":
+            return super().check_stages(stages)
+        progressive.check_stages(stages, self.size)
+
+    def begin_step(self, stage, stage_step):
+        if self.growth is not None:
+            self.growth.begin_step(stage, stage_step)
+
+    def describe_stage(self, stage):
+        return [] if self.growth is None else [self.growth.describe(stage)]
+
+    def trackables(self):
+        own = {} if self.growth is None else self.growth.trackables()
+        return {**super().trackables(), **own}
+
+    def check_shard(self, batch_size, replicas):
+        super().check_shard(batch_size, replicas)
+        if self.arch == "progressive":
+            progressive.check_group(self.model["mbstd_group"], batch_size // replicas)
 
     def build(self):
         self.build_source()
@@ -121,6 +163,8 @@ class Unconditional(ImageTask):
             builders, inputs = (generator, discriminator), (latent, packed)
         if self.arch == "resnet":
             builders = (resnet.generator, resnet.discriminator)
+        elif self.arch == "progressive":
+            builders = (progressive.generator, progressive.discriminator)
         self.generator = self.build_network("generator", builders[0], inputs[0], image)
         self.discriminator = self.build_network("discriminator", builders[1], inputs[1], (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
@@ -132,8 +176,8 @@ class Unconditional(ImageTask):
         for scope in ("generator", "discriminator"):
             if not self.builds_own(scope):
                 continue
-            if self.arch == "resnet":
-                lines[scope] = resnet.describe(self, scope)
+            if self.arch in ("resnet", "progressive"):
+                lines[scope] = ARCHS[self.arch].describe(self, scope)
             else:
                 ups = UPSAMPLINGS[self.size]
                 lines[scope] = (
@@ -144,12 +188,13 @@ class Unconditional(ImageTask):
         return lines
 
     def network_sizes(self):
-        if self.arch == "resnet":
-            keys = ("model.width", "model.blocks")
+        if self.arch in ("resnet", "progressive"):
+            keys = ("model.width", "model.blocks" if self.arch == "resnet" else "data.size")
             image = ("model.width", "data.size")
             scopes = [s for s in ("generator", "discriminator") if self.builds_own(s)]
-            parameters = [(keys, resnet.parameter_count(self, s)) for s in scopes]
-            return parameters, [(image, resnet.activation_floats(self, s)) for s in scopes]
+            module = ARCHS[self.arch]
+            parameters = [(keys, module.parameter_count(self, s)) for s in scopes]
+            return parameters, [(image, module.activation_floats(self, s)) for s in scopes]
         size, channels, latent = self.size, self.data["channels"], self.model["latent_dim"]
         width, start, ups, pack = self.model["width"], START[size], UPSAMPLINGS[size], self.pack
         parameters, activations = [], []
@@ -198,6 +243,8 @@ class Unconditional(ImageTask):
         return inputs
 
     def losses(self, batch, terms):
+        if self.growth is not None:  # the real images at the traced stage's resolution
+            batch = {**batch, "x": self.growth.reals(batch["x"])}
         return adversarial_losses(self, batch, terms)
 
     def sample(self, inputs):

@@ -111,6 +111,7 @@ class Trainer:
                 after_step,
                 augmenter=self.augmenter_of(stage),
                 observe=self.task.observe,
+                before_step=lambda stage_step, stage=stage: self.task.begin_step(stage, stage_step),
             )
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
         ]
@@ -144,11 +145,11 @@ class Trainer:
             return drawn
 
         def compute(shard, terms):
-            task.augmenter = augmenter
+            task.augmenter, task.stage = augmenter, stage
             try:
                 return losses(to_replica_floats(shard), terms)
             finally:
-                task.augmenter = None
+                task.augmenter = task.stage = None
 
         return draw, compute
 
@@ -289,6 +290,7 @@ def build_model(config, placement):
         rngs = RandomStreams(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
         task = make_task(config.task, options, rngs)
+        task.check_stages(config.stages)
         task.batch_size = config.batch_size
         task.check_shard(config.batch_size, placement.replicas)
         counted = task.check_memory(
