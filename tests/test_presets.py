@@ -37,6 +37,8 @@ def test_preset_runs_every_stage(name, tmp_path, offline_mnist):
         if preset.data.get("source") == "folder"
         else ["batch_size=4"]
     )
+    if preset.model.get("arch") == "progressive":  # its stages name resolutions up to 32
+        sets[2] = "data.size=32"
     if preset.data.get("labels") == "clusters":
         sets.append("data.clusters=2")
     sets += SHRINK[preset.task] + [f"stages[{i}].steps=1" for i in range(len(preset.stages))]

@@ -231,3 +231,23 @@ def test_bad_progressive_settings_are_one_line(change, key, tmp_path):
     result = inprocess("plan", "--config", path)
     assert_user_error(result, key)
     assert result.stderr.startswith(f"stagegan: error: {key}"), result.stderr
+
+
+def test_export_serves_the_generator_at_its_resolution_and_refuses_keras(full_run, tmp_path):
+    from stagegan.run.reading import restore_run
+
+    result = inprocess("export", "--run", full_run, "--output", tmp_path / "sm", "--format",
+                       "savedmodel")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "sm/export.json").read_text())
+    assert record["inputs"] == {"z": {"shape": [None, 8], "dtype": "float32"}}
+    assert record["output"] == {"shape": [None, 8, 8, 3], "dtype": "uint8"}
+    served = tf.saved_model.load(str(tmp_path / "sm/saved_model"))
+    z = np.random.default_rng(1).normal(size=(3, 8)).astype(np.float32)
+    trainer = restore_run(full_run)[0]
+    images = trainer.task.generator(z).numpy()
+    expected = np.clip(np.round((images + 1) * 127.5), 0, 255)
+    assert np.abs(served.serve(z).numpy().astype(float) - expected).max() <= 1
+    refused = inprocess("export", "--run", full_run, "--output", tmp_path / "k")
+    assert_user_error(refused, "--format")
+    assert "savedmodel or tflite" in refused.stderr and not (tmp_path / "k").exists()

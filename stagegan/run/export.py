@@ -48,7 +48,9 @@ def servable(trainer):
     """The generator wrapped for serving: its inputs, and uint8 images (or the raw outputs
     of a task without images) as its output."""
     generator = trainer.networks["generator"]
-    inputs = generator.inputs
+    inputs = getattr(generator, "inputs", None)
+    if not inputs:
+        return Served(trainer)
     named = [keras.Input(batch_shape=i.shape, dtype=i.dtype, name=n) for i, n in
              zip(inputs, input_names(trainer), strict=True)]  # fmt: skip
     out = generator(named if len(named) > 1 else named[0], training=False)
@@ -58,10 +60,52 @@ def servable(trainer):
     return keras.Model(named if len(named) > 1 else named[0], out, name="exported_generator")
 
 
+class Served(tf.Module):
+    """A generator that is not a functional Keras model (progressive growing's, which draws
+    at the run's current resolution and alpha, variables of the run) as a `tf.Module` with a
+    `serve` function: exported as a SavedModel (or TFLite); a `.keras` file is refused, its
+    layers being stagegan's own."""
+
+    def __init__(self, trainer):
+        super().__init__(name="exported_generator")
+        task = trainer.task
+        self.generator = trainer.networks["generator"]
+        self.state = list(task.trackables().values())  # tracked: the resolution and alpha
+        self.images = "images" in task.capabilities
+        specs = [tf.TensorSpec([None, task.model["latent_dim"]], tf.float32, name="z")]
+        if getattr(task, "conditional", False):
+            specs.append(tf.TensorSpec([None], tf.int32, name="y"))
+        self.inputs = specs
+        self.serve = tf.function(self._serve, input_signature=specs)
+        out = self.serve.get_concrete_function().structured_outputs
+        self.output = out
+
+    def _serve(self, *inputs):
+        out = self.generator(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+        out = tf.cast(out, tf.float32)
+        if self.images:
+            out = tf.cast(tf.clip_by_value(tf.round((out + 1.0) * 127.5), 0, 255), tf.uint8)
+        return out
+
+    def save(self, path):
+        raise ConfigError(
+            "--format",
+            "a progressive generator (model.arch: progressive) exports as savedmodel or "
+            "tflite: its layers are stagegan's own, so a .keras file would not load without it",
+        )
+
+    def export(self, path, format, verbose=False):
+        del format, verbose
+        tf.saved_model.save(self, str(path), signatures={"serving_default": self.serve})
+
+
 def input_names(trainer):
     """The exported inputs' names: `z` and `y` for a latent (and class) generator, else the
     generator's own inputs as `input_0`, `input_1`, ..."""
-    count = len(trainer.networks["generator"].inputs)
+    generator = trainer.networks["generator"]
+    if not getattr(generator, "inputs", None):  # a `Served` generator: z (and y)
+        return ["z", "y"][: 2 if trainer.task.conditional else 1]
+    count = len(generator.inputs)
     if "latents" in trainer.task.capabilities:
         return ["z", "y"][:count]
     return [f"input_{i}" for i in range(count)]
@@ -105,16 +149,19 @@ def export_generator(trainer, output, fmt, ema=True, run=None):
             "format": fmt,
             "file": FILES[fmt],
             "inputs": {
-                name: {"shape": list(i.shape), "dtype": str(i.dtype)}
+                name: {"shape": list(i.shape), "dtype": dtype_name(i.dtype)}
                 for name, i in zip(input_names(trainer), model.inputs, strict=True)
             },
-            "output": {"shape": list(model.output.shape), "dtype": str(model.output.dtype)},
+            "output": {"shape": list(model.output.shape), "dtype": dtype_name(model.output.dtype)},
         }
         (partial / RECORD).write_text(json.dumps(record, indent=1) + "\n")
         if output.exists():  # an empty folder (checked): the files move in
             _into_empty(partial, output)
         else:
             os.replace(partial, output)
+    except ConfigError:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
         raise WriteError("--output", f"cannot write {output}: {e.strerror or e}") from None
@@ -122,6 +169,11 @@ def export_generator(trainer, output, fmt, ema=True, run=None):
         shutil.rmtree(partial, ignore_errors=True)
         raise ConfigError("--format", f"cannot export as {fmt}: {first_line(e)[:300]}") from None
     return output / FILES[fmt]
+
+
+def dtype_name(dtype):
+    """ "float32" for a Keras tensor's dtype (a string) or a TensorFlow one (`tf.float32`)."""
+    return getattr(dtype, "name", str(dtype))
 
 
 def _into_empty(partial, output):
