@@ -3,6 +3,7 @@ Debian's Noto Color Emoji font, one 32 px image each (`apt-get install
 fonts-noto-color-emoji`; used by the benchmarks only, never by stagegan).
 
     python benchmarks/emoji.py OUT            # OUT/<emoji code>.png, about 1,400 images
+    python benchmarks/emoji.py OUT --size 64  # the same at 64 px
 
 Each glyph is drawn at the font's bitmap size (109 px) on white, cropped to its box, centred
 on a square white canvas with a 6% margin and resized to 32 px with Lanczos; blank glyphs and
@@ -50,11 +51,12 @@ def glyphs(size=32):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--size", type=int, default=32, help="the side in pixels (32)")
     args = parser.parse_args()
     from PIL import Image
 
     args.out.mkdir(parents=True)
-    images = glyphs()
+    images = glyphs(args.size)
     for code, image in images.items():
         Image.fromarray(image).save(args.out / f"u{code:05x}.png")
     print(f"{len(images)} emoji in {args.out}")
