@@ -248,7 +248,9 @@ def test_export_serves_the_generator_at_its_resolution_and_refuses_keras(full_ru
     images = trainer.task.generator(z).numpy()
     expected = np.clip(np.round((images + 1) * 127.5), 0, 255)
     assert np.abs(served.serve(z).numpy().astype(float) - expected).max() <= 1
-    refused = inprocess("export", "--run", full_run, "--output", tmp_path / "k")
+    refused = inprocess(
+        "export", "--run", full_run, "--output", tmp_path / "k", "--format", "keras"
+    )
     assert_user_error(refused, "--format")
     assert "savedmodel or tflite" in refused.stderr and not (tmp_path / "k").exists()
 
