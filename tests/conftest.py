@@ -43,8 +43,9 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 SLOWEST_FIRST = [
     "test_sample_eval.py",
     "test_resume.py",
-    "test_presets.py",
+    "test_presets_heavy.py",
     "test_progressive.py",
+    "test_presets.py",
     "test_multi_worker.py",
     "test_conditional.py",
     "test_offline_realism.py",

@@ -354,3 +354,20 @@ def test_a_new_source_is_one_registered_class():
         del data.SOURCES["stripes"]
     with pytest.raises(ConfigError, match="unknown source 'stripes'"):
         data.check_options(opts)
+
+
+def test_a_streamed_folder_can_be_read_in_more_traces_than_tf_data_allows_nexts(tmp_path):
+    """Each stage step traces its reads without AutoGraph; tf.data refuses a 33rd graph-mode
+    `next` on one iterator (a 9-stage progressive run hit it). Forty traces, each its batch."""
+    for i in range(6):
+        write_png(tmp_path / f"{i}.png", np.full((4, 4, 3), 40 * i, np.uint8))
+    source = data.ImageSource(
+        options(source="folder", path=str(tmp_path), size=4, cache="none"), 0, 2
+    )
+    assert source.iterator is not None
+    seen = []
+    for _ in range(40):
+        read = tf.function(lambda: source.draw(2, None)["x"], autograph=False)
+        seen.append(read().numpy()[:, 0, 0, 0])
+    values = np.concatenate(seen[:3])
+    assert sorted(values) == [0, 40, 80, 120, 160, 200]  # one epoch: every image once

@@ -1,4 +1,7 @@
-"""Every preset in configs/ trains through all of its stages for a step, shrunk by overrides."""
+"""Every preset in configs/ trains through all of its stages for a step, shrunk by overrides.
+
+The presets with the slowest step functions to trace (`HEAVY`) run from
+`tests/test_presets_heavy.py`, so that the two pytest-xdist workers can share the presets."""
 
 import keras
 import numpy as np
@@ -24,8 +27,15 @@ def offline_mnist(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("name", builtin_names("configs"))
+HEAVY = ("sngan_folder", "cresnet_folder", "resnet_folder", "resnet_clusters", "pggan_folder")
+
+
+@pytest.mark.parametrize("name", [n for n in builtin_names("configs") if n not in HEAVY])
 def test_preset_runs_every_stage(name, tmp_path, offline_mnist):
+    check_preset(name, tmp_path)
+
+
+def check_preset(name, tmp_path):
     images = tmp_path / "images"
     for i in range(4):  # one batch of 4: fewer is a config error; two classes
         pixels = np.full((40, 40, 3), 60 * i, np.uint8)

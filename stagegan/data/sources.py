@@ -1598,7 +1598,11 @@ class ImageSource:
         uint8, and a gather placed there would copy the whole set to the host each step.)
         """
         if self.iterator is not None:
-            return next(self.iterator)
+            # Not `next(iterator)`: traced without AutoGraph (as every stage step is), each
+            # `next` counts towards tf.data's limit of 32 per iterator ("an unusually high
+            # number of get_next() calls"), and a run of 9 stages traces 36 reads (two per
+            # stage and variant). The stream repeats, so the optional always holds a batch.
+            return self.iterator.get_next_as_optional().get_value()
         index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
         with tf.device(self.host):
             batch = {"x": tf.gather(self.images, index)}
