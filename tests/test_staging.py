@@ -102,7 +102,7 @@ def test_the_consumer_does_not_wait_for_the_read_of_the_next_batch(files):
             if parent not in ancestors:
                 ancestors.add(parent)
                 todo.append(parent)
-    reads = [op for op in graph.get_operations() if op.type == "IteratorGetNext"]
+    reads = [op for op in graph.get_operations() if op.type == "IteratorGetNextAsOptional"]
     assert len(reads) == 1  # the next batch's read (the first step's own read is in the cond)
     assert reads[0] not in ancestors
     assert any(op.type == "If" or op.type == "StatelessIf" for op in ancestors)
