@@ -88,6 +88,29 @@ def held_out_images(run, folder):
     return np.stack([np.asarray(Image.open(folder / name).convert("RGB")) for name in names])
 
 
+def score(run, folder):
+    """A trained run's row: `eval --json --features selfsup --memorisation` (METRICS) and
+    px_fd on 1,000 samples, against the held-out images of `folder`."""
+    evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
+                         "--memorisation")  # fmt: skip
+    metrics = json.loads(evaluated)["metrics"]
+    if not (run / "samples.npy").exists():
+        stagegan("sample", "--run", str(run), "--num", "1000", "--output",
+                 str(run / "samples.npy"))  # fmt: skip
+    samples = np.load(run / "samples.npy")
+    row = {k: metrics.get(k) for k in METRICS}
+    row["px_fd"] = frechet(pooled(samples), pooled(held_out_images(run, folder)))
+    return row
+
+
+def report(row, path=None):
+    """Print a row as JSON, and append it to `path` (JSON lines) when given."""
+    print(json.dumps(row), flush=True)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True)
@@ -124,20 +147,8 @@ def main():
                 seconds = json.loads(last)["time"]
             else:
                 seconds = train(args, run, config, sets, budget[name], seed)
-            evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
-                                 "--memorisation")  # fmt: skip
-            metrics = json.loads(evaluated)["metrics"]
-            if not (run / "samples.npy").exists():
-                stagegan("sample", "--run", str(run), "--num", "1000", "--output",
-                         str(run / "samples.npy"))  # fmt: skip
-            samples = np.load(run / "samples.npy")
             row = {"arm": name, "seed": seed, "steps": budget[name], "train_s": round(seconds)}
-            row.update({k: metrics.get(k) for k in METRICS})
-            row["px_fd"] = frechet(pooled(samples), pooled(held_out_images(run, args.folder)))
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            report({**row, **score(run, args.folder)}, args.json)
 
 
 if __name__ == "__main__":

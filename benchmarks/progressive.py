@@ -23,9 +23,8 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import yaml
-from colour import METRICS, frechet, held_out_images, pooled
+from colour import report, score
 from common import stagegan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,19 +95,8 @@ def main():
         runs["full"] = (run, train(args, run, full_stage(stages, steps), seed,
                                    [f"samples.every={last}"]), steps)  # fmt: skip
         for name, (run, seconds, steps) in runs.items():
-            evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
-                                 "--memorisation")  # fmt: skip
-            metrics = json.loads(evaluated)["metrics"]
-            stagegan("sample", "--run", str(run), "--num", "1000", "--output",
-                     str(run / "samples.npy"))  # fmt: skip
-            samples = np.load(run / "samples.npy")
             row = {"arm": name, "seed": seed, "steps": steps, "train_s": round(seconds)}
-            row.update({k: metrics.get(k) for k in METRICS})
-            row["px_fd"] = frechet(pooled(samples), pooled(held_out_images(run, args.folder)))
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            report({**row, **score(run, args.folder)}, args.json)
 
 
 if __name__ == "__main__":
