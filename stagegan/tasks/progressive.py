@@ -67,12 +67,10 @@ def check_options(model, size):
             "data.size",
             f"must be a power of 2 from 8 to 256 with model.arch: progressive. Received: {size}",
         )
-    for key, default in (("blocks", 1), ("attention", None), ("pack", 1)):
-        if model[key] != default:
-            raise ConfigError(
-                f"model.{key}",
-                f"does not apply to model.arch: progressive. Received: {model[key]!r}",
-            )
+    if model["pack"] != 1:  # resnet's options are refused by the task (ARCH_KEYS)
+        raise ConfigError(
+            "model.pack", f"does not apply to model.arch: progressive. Received: {model['pack']!r}"
+        )
     if model["spectral_norm"]:
         raise ConfigError(
             "model.spectral_norm",

@@ -36,6 +36,11 @@ from stagegan.tasks import progressive, resnet
 from stagegan.tasks.base import ImageTask, adversarial_losses, choice, float32, positive
 
 ARCHS = {"resnet": resnet, "progressive": progressive}
+# The options of one arch only, with their defaults.
+ARCH_KEYS = {
+    "resnet": {"blocks": 1, "attention": None},
+    "progressive": {"mbstd_group": 4, "equalised_lr": True},
+}
 START = {28: 7, 32: 4, 64: 4}  # the generator's first feature map side
 UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 
@@ -80,12 +85,12 @@ class Unconditional(ImageTask):
         super().__init__(options, rngs)
         self.size = self.data["size"]
         self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet", "progressive"))
-        if self.arch != "progressive":
-            for key, default in (("mbstd_group", 4), ("equalised_lr", True)):
-                if self.model[key] != default:
+        for arch, keys in ARCH_KEYS.items():  # another arch's options, set: refused
+            for key, default in keys.items():
+                if arch != self.arch and self.model[key] != default:
                     raise ConfigError(
                         f"model.{key}",
-                        "applies to model.arch: progressive only (the run's arch is "
+                        f"applies to model.arch: {arch} only (the run's arch is "
                         f"{self.arch}). Received: {self.model[key]!r}",
                     )
         if self.arch == "progressive":
@@ -97,14 +102,6 @@ class Unconditional(ImageTask):
                 "data.size",
                 f"must be 28, 32 or 64 (128 with model.arch: resnet). Received: {self.size}",
             )
-        else:
-            for key, default in (("blocks", 1), ("attention", None)):
-                if self.model[key] != default:
-                    raise ConfigError(
-                        f"model.{key}",
-                        "applies to model.arch: resnet only (the run's arch "
-                        f"is dcgan). Received: {self.model[key]!r}",
-                    )
         positive(self.model, "model", "latent_dim")
         positive(self.model, "model", "width")
         self.pack = positive(self.model, "model", "pack")
