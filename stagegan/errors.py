@@ -78,6 +78,14 @@ class PeerLost(RunStopped):
     key_name = "multi_worker"
 
 
+class ServerLost(PeerLost):
+    """A parameter-server run lost a parameter server (its variables are gone with it), or
+    a worker's step failed for good. Exit status 4; the run resumes from its last
+    checkpoint, with the servers started again."""
+
+    key_name = "parameter_server"
+
+
 def first_line(error):
     """An exception's message cut to its first line (its type's name when it has none): what
     a one-line error quotes of what TensorFlow, Keras or a user's code raised."""

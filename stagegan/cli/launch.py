@@ -37,10 +37,16 @@ from stagegan.errors import ConfigError
 MULTI_WORKER = "devices.strategy=multi_worker"
 
 
-def launch(workers, worker_args, grace=60.0, gpus=None):
+PARAMETER_SERVER = "devices.strategy=parameter_server"
+
+
+def launch(workers, worker_args, grace=60.0, gpus=None, ps=0):
     """Run `train worker_args` as `workers` local worker processes; returns the exit status.
     The arguments were checked by the caller (`cli.cmd_launch`); `gpus`: each worker's GPU
-    ids (`assign_gpus`), or None to leave the environment as it is."""
+    ids (`assign_gpus`), or None to leave the environment as it is. With `ps` parameter
+    servers, a `parameter_server` cluster: `train` on the chief, `serve` on the others."""
+    if ps:
+        return ServerCluster(workers, ps, worker_args, grace, gpus).run()
     return Cluster(workers, worker_args, grace, gpus).run()
 
 
@@ -153,7 +159,8 @@ class Cluster:
             start_new_session=True,  # signals reach workers through the launcher only
         )
         if index:
-            thread = threading.Thread(target=_prefix, args=(process.stdout, index), daemon=True)
+            label = f"worker {index}"
+            thread = threading.Thread(target=_prefix, args=(process.stdout, label), daemon=True)
             thread.start()
             self.threads.append(thread)
         return process
@@ -208,6 +215,119 @@ class Cluster:
                 process.wait()
 
 
+def ps_tf_config(addresses, task_type, index):
+    """The `TF_CONFIG` of one task of a parameter-server cluster (`addresses`: `{job: [...]}`)."""
+    return json.dumps({"cluster": addresses, "task": {"type": task_type, "index": index}})
+
+
+class ServerCluster:
+    """The processes of a local `parameter_server` launch: the chief runs `train` (its
+    output passes straight through), each worker and parameter server runs `serve` (its
+    lines prefixed `[worker i]`, `[ps i]`), all on 127.0.0.1.
+
+    The run ends with the chief: its exit status is the launch's, and the servers are
+    stopped then. A worker that dies is started again on its address (up to `RESTARTS`
+    times): meanwhile TensorFlow's coordinator runs its step again on another worker, or
+    waits for it. A parameter server that dies takes its variables with it: the chief stops
+    with one line and exit status 4, and the run resumes from its last checkpoint.
+    """
+
+    RESTARTS = 3
+
+    def __init__(self, workers, ps, args, grace, gpus=None):
+        self.args, self.grace, self.gpus = args, grace, gpus
+        self.counts = {"worker": workers, "ps": ps}
+        self.processes = {}  # (job, index) -> Popen
+        self.restarts = 0
+        self.threads = []
+
+    def run(self):
+        ports = iter(free_ports(1 + sum(self.counts.values())))
+        self.addresses = {
+            "chief": [f"127.0.0.1:{next(ports)}"],
+            **{
+                job: [f"127.0.0.1:{next(ports)}" for _ in range(n)]
+                for job, n in self.counts.items()
+            },
+        }
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for job, count in self.counts.items():
+                for index in range(count):
+                    self._start(job, index)
+            self._start("chief", 0)
+            return self._wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._stop_all()
+            for thread in self.threads:
+                thread.join(timeout=5)
+
+    def _start(self, job, index):
+        env = dict(os.environ, TF_CONFIG=ps_tf_config(self.addresses, job, index))
+        if self.gpus is not None:  # the workers compute; the chief and servers hold no GPU
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus[index]) if job == "worker" else ""
+            env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        if job == "chief":
+            command = [sys.executable, "-m", "stagegan", "train", *self.args]
+        else:
+            command = [sys.executable, "-m", "stagegan", "serve"]
+        chief = job == "chief"
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=None if chief else subprocess.PIPE,
+            stderr=None if chief else subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        if not chief:
+            label = f"{job} {index}"
+            thread = threading.Thread(target=_prefix, args=(process.stdout, label), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.processes[(job, index)] = process
+
+    def _wait(self):
+        chief = self.processes[("chief", 0)]
+        while True:
+            code = chief.poll()
+            if code is not None:
+                return 128 - code if code < 0 else code
+            for (job, index), process in list(self.processes.items()):
+                died = process.poll()
+                if job == "chief" or died is None:
+                    continue
+                if job == "worker" and self.restarts < self.RESTARTS:
+                    self.restarts += 1
+                    _say(f"worker {index} {describe(died)}; starting it again")
+                    self._start(job, index)
+                elif not getattr(process, "reported", False):
+                    process.reported = True
+                    _say(
+                        f"{'parameter server' if job == 'ps' else 'worker'} {index} "
+                        f"{describe(died)}; the chief stops when it needs it"
+                    )
+            time.sleep(0.1)
+
+    def _forward(self, signum, frame):
+        chief = self.processes.get(("chief", 0))
+        if chief is not None and chief.poll() is None:
+            chief.send_signal(signum)  # the chief checkpoints and stops; then the servers
+
+    def _stop_all(self):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def describe(code):
     if code < 0:
         return f"was killed by {signal.Signals(-code).name}"
@@ -218,7 +338,7 @@ def _say(text):
     print(f"stagegan: launch: {text}", file=sys.stderr, flush=True)
 
 
-def _prefix(stream, index):
+def _prefix(stream, label):
     for line in stream:
-        sys.stdout.write(f"[worker {index}] {line}")
+        sys.stdout.write(f"[{label}] {line}")
         sys.stdout.flush()

@@ -103,6 +103,13 @@ def build_parser():
     )
     launch.add_argument("--workers", type=int, required=True, help="how many worker processes")
     launch.add_argument(
+        "--ps",
+        type=int,
+        default=0,
+        help="parameter servers: a devices.strategy=parameter_server run (a chief running "
+        "train, the workers and servers running serve); default 0: multi_worker",
+    )
+    launch.add_argument(
         "--grace",
         type=float,
         default=60.0,
@@ -116,6 +123,23 @@ def build_parser():
         "0: CPU workers); default: the visible GPUs shared out evenly",
     )
     launch.set_defaults(func=cmd_launch)
+
+    serve = commands.add_parser(
+        "serve",
+        help="a worker or parameter server of a devices.strategy: parameter_server cluster",
+        description="Start the TensorFlow server of this process's task in TF_CONFIG (a worker "
+        "or ps of a parameter_server cluster; the chief runs train). It needs no config and "
+        "writes nothing.",
+    )
+    serve.add_argument(
+        "--stop-when-chief-gone",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="exit once the chief, after it was first reached, has not answered for this long "
+        "(default: serve until stopped)",
+    )
+    serve.set_defaults(func=cmd_serve)
 
     plan = commands.add_parser("plan", help="print what each stage trains, without training")
     config_arguments(plan)
@@ -330,8 +354,8 @@ def main(argv=None):
     except RunStopped as e:
         if e.status == 3:  # the guard: the one line says what went non-finite, and where
             print(f"stagegan: error: guard: {one_line(e.message)}", file=sys.stderr)
-        elif e.status == 4:  # a multi-worker peer was lost
-            print(f"stagegan: error: multi_worker: {one_line(e.message)}", file=sys.stderr)
+        elif e.status == 4:  # a multi-worker peer, or a parameter server, was lost
+            print(f"stagegan: error: {e.key}: {one_line(e.message)}", file=sys.stderr)
         return e.status
     except Exception as e:  # noqa: BLE001 - memory the size checks should have refused first
         error = out_of_memory(e)
@@ -412,28 +436,40 @@ def resume_train(args):
 
 
 def cmd_launch(args):
-    """`launch --workers N [train arguments]`: check the arguments here (one line and exit
-    status 2, and no worker starts), pick a new run's folder so every worker names the same
-    one, then start the workers (`stagegan.cli.launch`)."""
-    from stagegan.cli.launch import MULTI_WORKER, assign_gpus, host_gpus, launch
+    """`launch --workers N [--ps M] [train arguments]`: check the arguments here (one line
+    and exit status 2, and no process starts), pick a new multi-worker run's folder so every
+    worker names the same one, then start the processes (`stagegan.cli.launch`)."""
+    from stagegan.cli.launch import (
+        MULTI_WORKER,
+        PARAMETER_SERVER,
+        assign_gpus,
+        host_gpus,
+        launch,
+    )
 
     if args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
+    if args.ps < 0:
+        raise ConfigError("--ps", f"must be 0 or more. Received: {args.ps}")
     if not 0 <= args.grace < float("inf"):  # NaN too: a deadline never reached
         raise ConfigError(
             "--grace", f"must be a number of seconds, 0 or more. Received: {args.grace}"
         )
+    processes = args.workers + (args.ps + 1 if args.ps else 0)
     check_memory(
         [
             (
                 "--workers",
-                args.workers * WORKER_BYTES,
-                f"{format_count(args.workers)} TensorFlow processes",
+                processes * WORKER_BYTES,
+                f"{format_count(processes)} TensorFlow processes",
             )
         ],
         {"--workers": args.workers},
     )
     gpus = assign_gpus(args.workers, args.gpus_per_worker, host_gpus())
+    strategy, setting = (
+        ("parameter_server", PARAMETER_SERVER) if args.ps else ("multi_worker", MULTI_WORKER)
+    )
     worker_args = list(args.train_args)
     if worker_args[:1] == ["train"]:
         worker_args = worker_args[1:]
@@ -442,11 +478,17 @@ def cmd_launch(args):
         from stagegan.run.resume import plan_resume
 
         plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
-        if plan.config.devices.strategy != "multi_worker":
+        if plan.config.devices.strategy != strategy:
+            other = "--ps M --workers N" if strategy == "multi_worker" else "--workers N"
             raise ConfigError(
                 "devices.strategy",
                 f"{parsed.resume} was trained with {plan.config.devices.strategy!r}; launch "
-                "resumes multi_worker runs (resume this one with train --resume)",
+                f"{'--ps M ' if args.ps else ''}--workers N resumes {strategy} runs (resume "
+                + (
+                    f"this one with launch {other} --resume)"
+                    if plan.config.devices.strategy in ("multi_worker", "parameter_server")
+                    else "this one with train --resume)"
+                ),
             )
         if plan.step >= plan.total_steps:
             print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
@@ -454,16 +496,39 @@ def cmd_launch(args):
     else:
         from stagegan.runfolder.dirs import RunFolder
 
-        parsed.set = [*parsed.set, MULTI_WORKER]
+        parsed.set = [*parsed.set, setting]
         config = load(parsed)
-        check_batch_divides(config.batch_size, args.workers)
         if parsed.run_dir is not None:
             RunFolder.check_new(parsed.run_dir)
-        else:  # reserve the next numbered folder, empty, for the chief to fill
-            folder = RunFolder.create(None, name=config.name)
-            worker_args += ["--run-dir", str(folder.path)]
-        worker_args += ["--set", MULTI_WORKER]
-    return launch(args.workers, worker_args, args.grace, gpus)
+        if not args.ps:  # every worker trains the global batch's share, into one folder
+            check_batch_divides(config.batch_size, args.workers)
+            if parsed.run_dir is None:  # reserve the next numbered folder, empty
+                folder = RunFolder.create(None, name=config.name)
+                worker_args += ["--run-dir", str(folder.path)]
+        worker_args += ["--set", setting]
+    return launch(args.workers, worker_args, args.grace, gpus, args.ps)
+
+
+def cmd_serve(args):
+    """`serve`: this process's worker or parameter server (`stagegan.run.serve`)."""
+    from stagegan.config.cluster import parameter_server_cluster
+
+    wait = args.stop_when_chief_gone
+    if wait is not None and not 0 <= wait < float("inf"):
+        raise ConfigError(
+            "--stop-when-chief-gone", f"must be a number of seconds, 0 or more. Received: {wait}"
+        )
+    cluster, task_type, index = parameter_server_cluster()
+    if task_type == "chief":
+        raise ConfigError(
+            "TF_CONFIG",
+            "this process is the chief of the parameter_server cluster: it runs "
+            "`python -m stagegan train --set devices.strategy=parameter_server ...`, not serve",
+        )
+    import_tensorflow()
+    from stagegan.run.serve import serve
+
+    return serve(cluster, task_type, index, wait)
 
 
 def parse_duration(text, key="--budget"):

@@ -10,8 +10,38 @@ import subprocess
 from stagegan.errors import ConfigError
 
 
+def read_tf_config(strategy="multi_worker"):
+    """`TF_CONFIG` as `(cluster, task_type, index)`: the cluster spec (`{job: [address]}`)
+    and this process's task in it.
+
+    Raises:
+        ConfigError: TF_CONFIG is missing, is not JSON, lacks the cluster or the task, or
+            names a task that is not in the cluster.
+    """
+    raw = os.environ.get("TF_CONFIG")
+    key = "devices.strategy"
+    if not raw:
+        launch = "--ps M --workers N" if strategy == "parameter_server" else "--workers N"
+        raise ConfigError(
+            key,
+            f"{strategy} needs TF_CONFIG in the environment of every process of the cluster "
+            f"(`python -m stagegan launch {launch} ...` sets it for local runs)",
+        )
+    try:
+        spec = json.loads(raw)
+        cluster = {job: list(members) for job, members in dict(spec["cluster"]).items()}
+        task_type, index = spec["task"]["type"], int(spec["task"]["index"])
+        members = cluster[task_type]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(key, f"TF_CONFIG is not a usable cluster spec ({error!r})") from None
+    if not 0 <= index < len(members):
+        raise ConfigError(key, f"TF_CONFIG task {task_type}:{index} is not in the cluster")
+    return cluster, task_type, index
+
+
 def worker_cluster():
-    """This process's place in the `TF_CONFIG` cluster: `(task_type, index, chief)`.
+    """This process's place in a multi-worker `TF_CONFIG` cluster: `(task_type, index,
+    chief)`.
 
     The chief is the `chief` task, or worker 0 when the cluster has no `chief` (TensorFlow's
     rule).
@@ -19,32 +49,57 @@ def worker_cluster():
     Raises:
         ConfigError: TF_CONFIG is missing, is not JSON, or lacks the cluster or the task.
     """
-    raw = os.environ.get("TF_CONFIG")
-    key = "devices.strategy"
-    if not raw:
+    cluster, task_type, index = read_tf_config()
+    if task_type not in ("worker", "chief"):
         raise ConfigError(
-            key,
-            "multi_worker needs TF_CONFIG in the environment of every worker process "
-            "(`python -m stagegan launch --workers N ...` sets it for local runs)",
+            "devices.strategy", f"TF_CONFIG task {task_type}:{index} is not a multi_worker task"
         )
-    try:
-        spec = json.loads(raw)
-        cluster = spec["cluster"]
-        task_type, index = spec["task"]["type"], int(spec["task"]["index"])
-        members = list(cluster[task_type])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(key, f"TF_CONFIG is not a usable cluster spec ({error!r})") from None
-    if task_type not in ("worker", "chief") or not 0 <= index < len(members):
-        raise ConfigError(key, f"TF_CONFIG task {task_type}:{index} is not in the cluster")
     chief = task_type == "chief" or (
         task_type == "worker" and index == 0 and "chief" not in cluster
     )
     return task_type, index, chief
 
 
+def parameter_server_cluster():
+    """A parameter-server `TF_CONFIG` cluster, checked: `(cluster, task_type, index)`.
+
+    It has one `chief` (the coordinator: `train`), one or more `worker`s and `ps`s (servers:
+    `python -m stagegan serve`), and no other job.
+
+    Raises:
+        ConfigError: TF_CONFIG is missing or broken, or the cluster lacks one of its jobs.
+    """
+    cluster, task_type, index = read_tf_config("parameter_server")
+    key = "devices.strategy"
+    unknown = sorted(set(cluster) - {"chief", "worker", "ps"})
+    if unknown:
+        raise ConfigError(
+            key, f"a parameter_server cluster has jobs chief, worker and ps, not {unknown}"
+        )
+    needs = (("chief", "exactly one"), ("worker", "at least one"), ("ps", "at least one"))
+    for job, wanted in needs:
+        count = len(cluster.get(job, []))
+        if count == 0 or (job == "chief" and count != 1):
+            raise ConfigError(
+                key,
+                f"a parameter_server cluster needs {wanted} {job} task; TF_CONFIG lists {count}",
+            )
+    return cluster, task_type, index
+
+
 def is_chief(config, run_dir):
     """Whether this process writes the run folder: not so on a non-chief multi-worker worker.
     Multi-worker runs name their folder on every worker (`--run-dir`, or `--resume`)."""
+    if config.devices.strategy == "parameter_server":
+        _, task_type, index = parameter_server_cluster()
+        if task_type != "chief":
+            raise ConfigError(
+                "devices.strategy",
+                f"this process is {task_type} {index} of a parameter_server cluster (TF_CONFIG); "
+                "train runs on the chief only: start the workers and parameter servers with "
+                "`python -m stagegan serve`",
+            )
+        return True
     if config.devices.strategy != "multi_worker":
         return True
     _, _, chief = worker_cluster()

@@ -379,7 +379,7 @@ def _towers(towers, key):
     raise ConfigError(key, f"must be an int, 'auto' or a list. Received: {towers!r}")
 
 
-STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "auto")
+STRATEGIES = ("towers", "mirrored", "central_storage", "multi_worker", "parameter_server", "auto")
 
 
 def _precision(precision, key):
@@ -402,6 +402,26 @@ class DevicesConfig:
     jit: bool = option(False, boolean, resume=True)  # compile each replica's pass with XLA
     # False | "float16" | "bfloat16" | True (see `precision`)
     mixed_precision: object = option(False, _precision)
+
+
+def _check_parameter_server(devices):
+    """`parameter_server` decides where each step runs (one worker) and where the variables
+    live (the parameter servers); XLA cannot read variables on another task."""
+    if devices.strategy != "parameter_server":
+        return
+    for key, value in (("towers", devices.towers), ("variables", devices.variables)):
+        if value != "auto":
+            raise ConfigError(
+                f"devices.{key}",
+                "not with devices.strategy: parameter_server (each step runs on one worker, "
+                f"the variables live on the parameter servers); leave it auto. Received: {value!r}",
+            )
+    if devices.jit:
+        raise ConfigError(
+            "devices.jit",
+            "XLA cannot read variables that live on parameter servers; "
+            "not with devices.strategy: parameter_server",
+        )
 
 
 def _keep_best(value, key):
@@ -866,6 +886,7 @@ def parse_config(raw):
             "checkpoint.keep_best",
             "is not available with devices.strategy: multi_worker (only the chief evaluates)",
         )
+    _check_parameter_server(devices)
     return RunConfig(
         name=name,
         seed=check_seed(resolved["seed"], "seed"),

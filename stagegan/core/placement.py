@@ -17,16 +17,19 @@ must happen before TensorFlow initialises its devices). `auto` is every visible 
 """
 
 import contextlib
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
 
 import tensorflow as tf
 
-from stagegan.config.cluster import host_gpus, worker_cluster
+from stagegan.config.cluster import host_gpus, parameter_server_cluster, worker_cluster
 from stagegan.config.schema import check_batch_divides
 from stagegan.core.replicas import StrategyReplicas, TowerReplicas
 from stagegan.errors import ConfigError
+
+PS_DEVICE = "/job:ps/replica:0/task:0/device:CPU:0"
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ class Placement:
         jit: compile each replica's pass with XLA.
         backend: the resolved `devices.strategy` (never `auto`).
         warning: `gpu_warning`'s line, or None.
+        coordinator: `parameter_server`'s `tf.distribute.coordinator.ClusterCoordinator`,
+            which schedules every step on a worker; None for the other backends.
     """
 
     towers: tuple
@@ -144,6 +149,7 @@ class Placement:
     jit: bool = False
     backend: str = "towers"
     warning: object = None
+    coordinator: object = None
 
     @property
     def replicas(self):
@@ -160,7 +166,7 @@ class Placement:
         if self.strategy is None:
             return TowerReplicas(self.towers, self.variables, state_variables, self.jit)
         return StrategyReplicas(
-            self.strategy, self.labels, self.variables, state_variables, self.jit
+            self.strategy, self.labels, self.variables, state_variables, self.jit, self.coordinator
         )
 
     def describe(self):
@@ -169,6 +175,15 @@ class Placement:
         count = len(self.labels)
         plural = "s" if count > 1 else ""
         listed = f"({', '.join(self.labels)})"
+        if self.backend == "parameter_server":
+            cluster, _, _ = parameter_server_cluster()
+            workers, servers = len(cluster["worker"]), len(cluster["ps"])
+            return (
+                f"devices: parameter_server: variables on {servers} parameter server"
+                f"{'s' if servers > 1 else ''}, each step on one of {workers} worker"
+                f"{'s' if workers > 1 else ''} (asynchronous between log, checkpoint and "
+                "stage boundaries), batches drawn on /job:ps/task:0"
+            )
         if self.backend in ("mirrored", "multi_worker"):
             where = f"{self.backend}: variables copied to each of {count} replicas {listed}"
         elif self.backend == "central_storage":
@@ -214,6 +229,13 @@ def resolve_placement(config, batch_size):
             f"worker {w} {device.split('/device:')[-1]}" for w in range(workers) for device in local
         )
         towers, backend = local, "multi_worker"
+    elif config.strategy == "parameter_server":
+        strategy, coordinator = _parameter_server_strategy()
+        # Each step runs whole on one worker, which the coordinator picks; the run's own
+        # state (counters, random streams, the EMA, an in-memory data set) lives on the
+        # first parameter server, where the optimizers apply.
+        variables = PS_DEVICE
+        towers, labels, backend = ("/CPU:0",), ("worker",), "parameter_server"
     else:
         layout = choose_layout(config, gpus, batch_size)
         towers, variables, backend = layout.towers, layout.variables, layout.strategy
@@ -222,6 +244,8 @@ def resolve_placement(config, batch_size):
         labels = towers
     check_batch_divides(batch_size, len(labels))
     placement = Placement(towers, labels, variables, strategy, config.jit, backend, warning)
+    if backend == "parameter_server":
+        placement = dataclasses.replace(placement, coordinator=coordinator)
     _check_jit(placement)
     return placement
 
@@ -262,6 +286,27 @@ def _multi_worker_strategy():
     timeout = float(os.environ.get("STAGEGAN_COLLECTIVE_TIMEOUT", "300"))
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def _parameter_server_strategy():
+    """TensorFlow's `ParameterServerStrategy` over the `TF_CONFIG` cluster (this process is
+    its chief), and the `ClusterCoordinator` that schedules steps on its workers."""
+    parameter_server_cluster()  # a clear error for a missing or broken TF_CONFIG
+    tf.get_logger().addFilter(_expected_on_the_coordinator)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+
+def _expected_on_the_coordinator(record):
+    """TensorFlow's warnings about what the coordinator does by design: trace each stage's
+    step before scheduling it (to find None gradients), and save checkpoints of variables
+    that live on the parameter servers (its saver traces each save again)."""
+    text = record.getMessage()
+    return not (
+        "invoked without using `ClusterCoordinator.schedule`" in text
+        or ("MultiDeviceSaver" in text and "retracing" in text)
+    )
 
 
 def _check_jit(placement):

@@ -200,12 +200,14 @@ class StrategyReplicas(Replicas):
     """The `tf.distribute` backends: the replicas of `strategy` (of every worker).
 
     Under `multi_worker` each worker writes its own first replica's state; the chief's is the
-    one checkpointed and sampled from.
+    one checkpointed and sampled from. Under `parameter_server` (`coordinator` given) the
+    step function runs whole on one worker at a time: `StageStep` schedules it there.
     """
 
-    def __init__(self, strategy, labels, variables, state_variables, jit=False):
+    def __init__(self, strategy, labels, variables, state_variables, jit=False, coordinator=None):
         super().__init__(labels, variables, state_variables, jit)
         self.strategy = strategy
+        self.coordinator = coordinator
 
     def _run(self, plans, run, batch, guarded):
         count, found = self.count, {}

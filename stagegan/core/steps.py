@@ -22,6 +22,7 @@ update does not run), a `GuardResult` per update, and, when asked, the applied g
 """
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -162,7 +163,12 @@ class StageStep:
         variant is traced separately and does exactly the same step."""
         if not self.trace_count:
             self.trace()
-        return self.function(tf.constant(stage_step, tf.int64), with_gradients)
+        args = (tf.constant(stage_step, tf.int64), with_gradients)
+        coordinator = getattr(self.replicas, "coordinator", None)
+        if coordinator is None:
+            return self.function(*args)
+        # `parameter_server`: queued for the next free worker; read when first needed.
+        return scheduled_output(coordinator.schedule(self.function, args=args))
 
     def trace(self):
         """Trace now (once): logs dropped variables, raises an update with no gradient."""
@@ -335,6 +341,32 @@ class StageStep:
             for gradient, variable in zip(averaged.gradients, averaged.variables, strict=True):
                 gradients[f"{update.name}/{variable.path}"] = gradient
         return metrics
+
+
+class Fetched(Mapping):
+    """One field of a `StepOutput` that a worker computes (`parameter_server`): reading it
+    waits for that step and fetches its values (numpy) from the worker."""
+
+    def __init__(self, remote, field):
+        self.remote, self.field = remote, field
+
+    def _values(self):
+        return getattr(self.remote.fetch(), self.field)
+
+    def __getitem__(self, key):
+        return self._values()[key]
+
+    def __iter__(self):
+        return iter(self._values())
+
+    def __len__(self):
+        return len(self._values())
+
+
+def scheduled_output(remote):
+    """The `StepOutput` of a step scheduled on a worker (`remote`: its `RemoteValue`), each
+    field fetched when first read, so unread steps do not wait for one another."""
+    return StepOutput(*(Fetched(remote, field) for field in StepOutput._fields))
 
 
 def gated(update, stage_step, run, idle, lazy):

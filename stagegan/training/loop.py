@@ -39,7 +39,15 @@ import tensorflow as tf
 from stagegan.config.schema import Plateau
 from stagegan.core.monitor import improves, reading
 from stagegan.core.until import Conditions
-from stagegan.errors import ConfigError, GuardStop, Interrupted, PeerLost, WriteError, first_line
+from stagegan.errors import (
+    ConfigError,
+    GuardStop,
+    Interrupted,
+    PeerLost,
+    ServerLost,
+    WriteError,
+    first_line,
+)
 from stagegan.evaluation.evaluate import Evaluation
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import (
@@ -145,10 +153,17 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         )
         raise GuardStop(f"{e.message}; {last}") from None
     except tf.errors.OpError as e:
-        if not trainer.multi_worker:
+        servers = trainer.placement.coordinator is not None
+        if not (trainer.multi_worker or servers):
             raise
         latest = store.latest()
         last = f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
+        if servers:
+            raise ServerLost(
+                f"{describe_server_error(e)}; {last}; continue with: python -m stagegan "
+                f"launch --ps M --workers N --resume {run_dir} (or train --resume on the "
+                "chief, with the servers started again)"
+            ) from None
         raise PeerLost(
             f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; continue with: "
             f"python -m stagegan launch --workers N --resume {run_name or run_dir} (or train "
@@ -227,7 +242,9 @@ def end_stage(schedule, tick, reason):
 
 def flush_guard(trainer, run_dir):
     """Act on the NaN guard's collected results (`Guard.flush`: may raise `GuardStop`) and
-    append its records to guard.jsonl."""
+    append its records to guard.jsonl. Steps still running on workers (`parameter_server`)
+    finish first: whatever reads the run's state after this reads every step before it."""
+    trainer.join()
     try:
         trainer.guard.flush()
     finally:
@@ -375,7 +392,7 @@ class Histograms(Callback):
         # (At a stage that its `until` ended here, the step was not asked for gradients:
         # the weights only.)
         arrays = {f"weights/{v.path}": v.numpy() for v in self.trainer.variables}
-        arrays.update({f"gradients/{k}": v.numpy() for k, v in tick.output.gradients.items()})
+        arrays.update({f"gradients/{k}": np.asarray(v) for k, v in tick.output.gradients.items()})
         self.runlog.histograms(tick.done, tick.stage.name, arrays)
 
 
@@ -856,6 +873,17 @@ class StopSignals:
             os.close(self.pipe[1])  # the watcher reads end-of-file and returns
             self.pipe = None
         return False
+
+
+def describe_server_error(error):
+    """One line from TensorFlow's error when a parameter-server run lost a server."""
+    text = str(getattr(error, "message", error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = (lines or [type(error).__name__])[0]
+    task = re.search(r"/job:(ps|worker)/replica:\d+/task:(\d+)", text)
+    job = {"ps": "parameter server", "worker": "worker"}
+    who = f"{job[task.group(1)]} {task.group(2)}" if task else "a server"
+    return f"lost contact with {who}: {first}"
 
 
 def describe_peer_error(error):

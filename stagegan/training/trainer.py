@@ -212,7 +212,14 @@ class Trainer:
     @property
     def step_count(self):
         """Stage steps completed so far (the global step)."""
+        self.join()
         return int(self.global_step.numpy())
+
+    def join(self):
+        """Wait for every step scheduled on a worker (`parameter_server`) to finish: a
+        worker's error is raised here. Nothing to wait for on the other backends."""
+        if self.placement.coordinator is not None:
+            self.placement.coordinator.join()
 
     def step(self, position, with_gradients=False, check=True):
         """Run the step at `position` (a `schedule.Position`); returns its `steps.StepOutput`.
@@ -292,6 +299,8 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.check_stages(config.stages)
         task.batch_size = config.batch_size
+        if placement.coordinator is not None:  # in-memory data where the batches are drawn
+            task.host = placement.variables
         task.check_shard(config.batch_size, placement.replicas)
         counted = task.check_memory(
             config.batch_size, held_counts(config, task), chunk_size(config)
