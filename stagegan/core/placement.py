@@ -29,7 +29,8 @@ from stagegan.config.schema import check_batch_divides
 from stagegan.core.replicas import StrategyReplicas, TowerReplicas
 from stagegan.errors import ConfigError
 
-PS_DEVICE = "/job:ps/replica:0/task:0/device:CPU:0"
+PS_DEVICE = "/job:ps/replica:0/task:0/device:CPU:0"  # parameter_server's own state
+CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"  # and its data
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class Placement:
                 f"devices: parameter_server: variables on {servers} parameter server"
                 f"{'s' if servers > 1 else ''}, each step on one of {workers} worker"
                 f"{'s' if workers > 1 else ''} (asynchronous between log, checkpoint and "
-                "stage boundaries), batches drawn on /job:ps/task:0"
+                "stage boundaries), data read on the chief, batches drawn on /job:ps/task:0"
             )
         if self.backend in ("mirrored", "multi_worker"):
             where = f"{self.backend}: variables copied to each of {count} replicas {listed}"

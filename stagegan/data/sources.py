@@ -22,6 +22,7 @@ the number of files).
     mnist, fashion_mnist, cifar10: keras.datasets (downloaded once; offline, a clear error)
 """
 
+import contextlib
 import glob
 import logging
 import os
@@ -1563,9 +1564,11 @@ class ImageSource:
         class_counts: images per class, or None (unlabelled, or a TFRecord source, whose
             counts `tfrecord_label_counts` reads).
         host: the host CPU device that holds an in-memory set and gathers its batches.
+        reader: None, or the device that holds a stream's iterator (made in the caller's
+            device scope otherwise): a `parameter_server` run reads on its chief.
     """
 
-    def __init__(self, options, seed, batch_size, host="/CPU:0"):
+    def __init__(self, options, seed, batch_size, host="/CPU:0", reader=None):
         check_options(options)
         self.options, self.host = options, host
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
@@ -1573,7 +1576,8 @@ class ImageSource:
         self.clusters = None  # `clusters_record` of `data.labels: clusters`
         self.split = None  # the `check_split` record of `data.holdout`
         self.kind = source_of(options)
-        self.kind.open(self, seed, batch_size)
+        with contextlib.nullcontext() if reader is None else tf.device(reader):
+            self.kind.open(self, seed, batch_size)
 
     def hold(self, images, labels, classes=None):
         """Keep an in-memory set (uint8 images, int labels or None) in host memory."""

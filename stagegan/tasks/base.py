@@ -108,8 +108,10 @@ class Task:
     batch_size = None  # the global batch size; set by the trainer before build()
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
     # Where an in-memory data set is held and its batches gathered: the host CPU, or under
-    # `parameter_server` the parameter server that draws the batches (set by the trainer).
+    # `parameter_server` the chief, which also holds a stream's iterator (`reads`; both set
+    # by the trainer): the one machine that needs the data.
     host = "/CPU:0"
+    reads = False
     augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
     augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
     stage = None  # the `config.Stage` whose step traces, else None
@@ -515,7 +517,9 @@ class ImageTask(Task):
         return self.data["size"] ** 2 * self.data["channels"]
 
     def build_source(self):
-        self.source = ImageSource(self.data, self.rngs.seed, self.batch_size, self.host)
+        self.source = ImageSource(
+            self.data, self.rngs.seed, self.batch_size, self.host, self.host if self.reads else None
+        )
 
     @property
     def source_kind(self):

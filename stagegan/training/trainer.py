@@ -21,7 +21,7 @@ from stagegan.core.ema import Ema
 from stagegan.core.guard import Guard, GuardedApply
 from stagegan.core.layers import power_iteration_hook
 from stagegan.core.optimizers import make_optimizer
-from stagegan.core.placement import resolve_placement
+from stagegan.core.placement import CHIEF_DEVICE, resolve_placement
 from stagegan.core.precision import LossScale, cpu_warning, dtype_policy, loss_scaled, policy_of
 from stagegan.core.replicas import is_rng_state, own_gradient_reduction
 from stagegan.core.schedule import Schedule
@@ -299,8 +299,8 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.check_stages(config.stages)
         task.batch_size = config.batch_size
-        if placement.coordinator is not None:  # in-memory data where the batches are drawn
-            task.host = placement.variables
+        if placement.coordinator is not None:  # the chief reads the data (and checkpoints
+            task.host, task.reads = CHIEF_DEVICE, True  # a stream's position there)
         task.check_shard(config.batch_size, placement.replicas)
         counted = task.check_memory(
             config.batch_size, held_counts(config, task), chunk_size(config)
