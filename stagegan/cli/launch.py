@@ -290,11 +290,15 @@ class ServerCluster:
         self.processes[(job, index)] = process
 
     def _wait(self):
-        chief = self.processes[("chief", 0)]
+        chief, deadline = self.processes[("chief", 0)], None
         while True:
             code = chief.poll()
             if code is not None:
                 return 128 - code if code < 0 else code
+            if deadline is not None and time.monotonic() > deadline:
+                _say(f"the chief is still running {self.grace:g} s later; stopping it")
+                chief.terminate()  # a checkpoint, if its steps can still finish
+                deadline = time.monotonic() + self.grace
             for (job, index), process in list(self.processes.items()):
                 died = process.poll()
                 if job == "chief" or died is None:
@@ -307,8 +311,11 @@ class ServerCluster:
                     process.reported = True
                     _say(
                         f"{'parameter server' if job == 'ps' else 'worker'} {index} "
-                        f"{describe(died)}; the chief stops when it needs it"
+                        f"{describe(died)}; the chief stops when it needs it (or is stopped "
+                        f"{self.grace:g} s from now)"
                     )
+                    if deadline is None:
+                        deadline = time.monotonic() + self.grace
             time.sleep(0.1)
 
     def _forward(self, signum, frame):
