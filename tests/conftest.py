@@ -41,6 +41,8 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 # --no-loadscope-reorder`) finish together: measured seconds on 2 cores, largest first
 # (`--durations=0`, summed per file).
 SLOWEST_FIRST = [
+    "test_namespaces.py",
+    "test_parameter_server.py",
     "test_sample_eval.py",
     "test_resume.py",
     "test_presets_heavy.py",

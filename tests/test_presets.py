@@ -49,8 +49,6 @@ def check_preset(name, tmp_path):
     )
     if preset.model.get("arch") == "progressive":  # its stages name resolutions up to 32
         sets[2] = "data.size=32"
-    if preset.model.get("arch") == "progressive":  # XLA: 7 stages of compile time; the
-        sets.append("devices.jit=false")  # preset's XLA path runs in dcgan_clusters's test
     if preset.data.get("labels") == "clusters":
         sets.append("data.clusters=2")
     sets += SHRINK[preset.task] + [f"stages[{i}].steps=1" for i in range(len(preset.stages))]
