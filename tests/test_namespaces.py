@@ -170,7 +170,7 @@ def test_a_peer_whose_link_goes_down_stops_the_chief_with_one_line(network, tmp_
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
     args = ["train", "--config", "run.yaml", "--run-dir", str(tmp_path / "run")]
     args += ["--set", "devices.strategy=multi_worker"]
-    quick = {"STAGEGAN_COLLECTIVE_TIMEOUT": "10"}
+    quick = {"STAGEGAN_COLLECTIVE_TIMEOUT": "5"}
     processes = [
         in_namespace(network[k][0], tmp_path, args, multi_worker_config(network, i), quick)
         for i, k in enumerate(("a", "b"))

@@ -891,7 +891,13 @@ def describe_peer_error(error):
     text = str(getattr(error, "message", error))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     aborted = [line for line in lines if line.startswith("Collective ops is aborted by: ")]
-    first = aborted[0].split(": ", 1)[1] if aborted else (lines or [type(error).__name__])[0]
+    # TensorFlow's wrapper lines say nothing of what failed.
+    said = [
+        line
+        for line in lines
+        if line != "Graph execution error:" and not line.startswith(("Detected at node", "File "))
+    ]
+    first = aborted[0].split(": ", 1)[1] if aborted else (said or [type(error).__name__])[0]
     remote = re.search(r"remote target (/job:\S+?)(?: while|$)", text, re.M)
     who = "a worker"
     if remote:
