@@ -283,3 +283,18 @@ def test_serve_refuses_the_chief(capfd, monkeypatch):
     assert len(err) == 1 and err[0].startswith(
         "stagegan: error: TF_CONFIG: this process is the chief"
     )
+
+
+@pytest.mark.parametrize("wait, words", [("1", "no answer from parameter server 0"), ("x", "x")])
+def test_a_chief_without_servers_says_so_and_stops(wait, words, tmp_path, capfd, monkeypatch):
+    """TensorFlow's coordinator would wait for them forever without a word. The preset's
+    `devices.towers: 1` is what a parameter-server step uses: accepted."""
+    addresses = cluster(SERVERS)  # free ports: nothing answers there
+    monkeypatch.setenv("TF_CONFIG", ps_tf_config(addresses, "chief", 0))
+    monkeypatch.setenv("STAGEGAN_SERVER_WAIT", wait)
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--config", "mog_ring", "--set", "devices.strategy=parameter_server"]
+    assert cli.main(args) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert list(tmp_path.iterdir()) == []

@@ -3,9 +3,12 @@ use (`host_gpus`), both read without TensorFlow, so the CLI can decide what this
 writes and where it runs before it imports TensorFlow."""
 
 import json
+import logging
 import os
 import shutil
+import socket
 import subprocess
+import time
 
 from stagegan.errors import ConfigError
 
@@ -85,6 +88,62 @@ def parameter_server_cluster():
                 f"a parameter_server cluster needs {wanted} {job} task; TF_CONFIG lists {count}",
             )
     return cluster, task_type, index
+
+
+# Seconds the chief of a parameter_server run waits for its servers to answer.
+SERVER_WAIT_VARIABLE = "STAGEGAN_SERVER_WAIT"
+
+
+def wait_for_servers(cluster, timeout=None, poll=0.5):
+    """Wait until every worker and parameter server of `cluster` accepts connections.
+
+    TensorFlow's coordinator waits for a missing server forever, silently; this says what it
+    waits for, once, and gives up after `timeout` seconds (`STAGEGAN_SERVER_WAIT`, 300).
+
+    Raises:
+        ConfigError: a server still not answering at the deadline.
+    """
+    if timeout is None:
+        raw = os.environ.get(SERVER_WAIT_VARIABLE, "300")
+        try:
+            timeout = float(raw)
+        except ValueError:
+            timeout = float("nan")
+        if not 0 <= timeout < float("inf"):
+            raise ConfigError(
+                SERVER_WAIT_VARIABLE, f"must be a number of seconds, 0 or more. Received: {raw!r}"
+            )
+    tasks = [(job, i, a) for job in ("ps", "worker") for i, a in enumerate(cluster[job])]
+    deadline, said = time.monotonic() + timeout, False
+    while True:
+        missing = [(job, i, a) for job, i, a in tasks if not answers(a)]
+        if not missing:
+            return
+        named = ", ".join(f"{_job(job)} {i} ({a})" for job, i, a in missing)
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                "devices.strategy",
+                f"parameter_server: no answer from {named} after {timeout:g} s; start each with "
+                "`python -m stagegan serve` and its TF_CONFIG (or use `launch --ps M --workers N`)",
+            )
+        if not said:
+            logging.getLogger("stagegan").info("waiting for %s to answer", named)
+            said = True
+        time.sleep(poll)
+
+
+def _job(job):
+    return "parameter server" if job == "ps" else job
+
+
+def answers(address, timeout=1.0):
+    """Whether something accepts TCP connections at `address` (`host:port`)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def is_chief(config, run_dir):

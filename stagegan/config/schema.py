@@ -410,11 +410,13 @@ def _check_parameter_server(devices):
     if devices.strategy != "parameter_server":
         return
     for key, value in (("towers", devices.towers), ("variables", devices.variables)):
-        if value != "auto":
+        if value != "auto" and not (key == "towers" and value == 1):  # one device a step
             raise ConfigError(
                 f"devices.{key}",
                 "not with devices.strategy: parameter_server (each step runs on one worker, "
-                f"the variables live on the parameter servers); leave it auto. Received: {value!r}",
+                "the variables live on the parameter servers); leave it auto"
+                + (" or 1" if key == "towers" else "")
+                + f". Received: {value!r}",
             )
     if devices.jit:
         raise ConfigError(

@@ -24,7 +24,12 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from stagegan.config.cluster import host_gpus, parameter_server_cluster, worker_cluster
+from stagegan.config.cluster import (
+    host_gpus,
+    parameter_server_cluster,
+    wait_for_servers,
+    worker_cluster,
+)
 from stagegan.config.schema import check_batch_divides
 from stagegan.core.replicas import StrategyReplicas, TowerReplicas
 from stagegan.errors import ConfigError
@@ -292,7 +297,8 @@ def _multi_worker_strategy():
 def _parameter_server_strategy():
     """TensorFlow's `ParameterServerStrategy` over the `TF_CONFIG` cluster (this process is
     its chief), and the `ClusterCoordinator` that schedules steps on its workers."""
-    parameter_server_cluster()  # a clear error for a missing or broken TF_CONFIG
+    cluster, _, _ = parameter_server_cluster()  # a clear error for a broken TF_CONFIG
+    wait_for_servers(cluster)  # TensorFlow would wait for a missing one forever, silently
     tf.get_logger().addFilter(_expected_on_the_coordinator)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)

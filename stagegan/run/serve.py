@@ -14,10 +14,11 @@ after it was first reached, has not answered for S seconds; `launch` stops its s
 
 import logging
 import os
-import socket
 import time
 
 import tensorflow as tf
+
+from stagegan.config.cluster import answers
 
 log = logging.getLogger("stagegan")
 
@@ -54,13 +55,3 @@ def serve(cluster, task_type, index, stop_after_chief=None, poll=1.0):
             log.info("%s %d: the chief has gone (%s); stopping", name, index, chief)
             return 0
         time.sleep(poll)
-
-
-def answers(address, timeout=1.0):
-    """Whether something accepts TCP connections at `address` (`host:port`)."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
