@@ -96,14 +96,14 @@ def test_the_chief_writes_the_run_and_every_process_is_quiet(launched):
             assert any(line.startswith(f"[{job} {index}] ") for line in lines)
 
 
-def start_servers(folder, addresses, counts):
+def start_servers(folder, addresses, counts, *flags):
     processes = []
     for job, count in counts.items():
         for index in range(count):
             env = {**os.environ, "TF_CONFIG": ps_tf_config(addresses, job, index)}
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "stagegan", "serve"],
+                    [sys.executable, "-m", "stagegan", "serve", *flags],
                     cwd=folder,
                     env=env,
                     stdout=subprocess.DEVNULL,
@@ -192,10 +192,11 @@ def wait_for_lines(path, count, process, timeout=120):
 
 def test_a_dead_worker_costs_nothing_and_a_dead_parameter_server_stops_the_chief(tmp_path):
     """TensorFlow's coordinator runs a lost worker's step again on another worker: the run
-    goes on. A lost parameter server takes variables with it: the chief stops, one line."""
+    goes on. A lost parameter server takes variables with it: the chief stops, one line.
+    The worker left (`serve --stop-when-chief-gone 2`) then stops by itself."""
     counts = {"ps": 1, "worker": 2}
     addresses = cluster(counts)
-    servers = start_servers(tmp_path, addresses, counts)
+    servers = start_servers(tmp_path, addresses, counts, "--stop-when-chief-gone", "2")
     process = chief(tmp_path, addresses, *long_run(tmp_path))
     metrics = tmp_path / "run" / "metrics.jsonl"
     try:
@@ -207,6 +208,7 @@ def test_a_dead_worker_costs_nothing_and_a_dead_parameter_server_stops_the_chief
         killed = time.monotonic()
         _, stderr = process.communicate(timeout=180)  # bounded: never a hang
         waited = time.monotonic() - killed
+        assert servers[1].wait(timeout=60) == 0  # worker 0: the chief has gone
     finally:
         stop([*servers, process])
     print(f"the chief stopped {waited:.1f} s after the parameter server was killed")

@@ -204,15 +204,7 @@ class Cluster:
                 process.send_signal(signum)
 
     def _stop_all(self):
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes)
 
 
 def ps_tf_config(addresses, task_type, index):
@@ -324,15 +316,21 @@ class ServerCluster:
             chief.send_signal(signum)  # the chief checkpoints and stops; then the servers
 
     def _stop_all(self):
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes.values())
+
+
+def stop_processes(processes):
+    """SIGTERM every process still running, then SIGKILL any still there 10 s later."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def describe(code):
