@@ -7,6 +7,7 @@ servers; a worker and a parameter server that die."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -256,6 +257,13 @@ def test_launch_checks_its_arguments_before_starting_servers(args, key, tmp_path
             },
             "stagegan serve",
         ),
+        (
+            {
+                "cluster": {"chief": ["a:1"], "worker": "b:1", "ps": ["c:1"]},
+                "task": {"type": "chief", "index": 0},
+            },
+            "list of host:port strings",
+        ),
     ],
 )
 def test_train_needs_a_parameter_server_cluster_and_the_chief(tf_config, words, tmp_path, capfd):
@@ -300,3 +308,25 @@ def test_a_chief_without_servers_says_so_and_stops(wait, words, tmp_path, capfd,
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_on_a_taken_port_is_one_line(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        addresses = {**cluster(SERVERS), "worker": [f"127.0.0.1:{taken.getsockname()[1]}"]}
+        env = {**os.environ, "TF_CONFIG": ps_tf_config(addresses, "worker", 0)}
+        result = subprocess.run(
+            [sys.executable, "-m", "stagegan", "serve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        taken.close()
+    err = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(err) == 1, result.stderr[-2000:]
+    assert err[0].startswith("stagegan: error: TF_CONFIG: cannot serve worker 0 at 127.0.0.1:")

@@ -230,7 +230,7 @@ class ServerCluster:
         self.args, self.grace, self.gpus = args, grace, gpus
         self.counts = {"worker": workers, "ps": ps}
         self.processes = {}  # (job, index) -> Popen
-        self.restarts = 0
+        self.restarts = {}  # worker index -> times started again
         self.threads = []
 
     def run(self):
@@ -263,8 +263,9 @@ class ServerCluster:
             env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
         if job == "chief":
             command = [sys.executable, "-m", "stagegan", "train", *self.args]
-        else:
-            command = [sys.executable, "-m", "stagegan", "serve"]
+        else:  # a server outlives nothing: not even a launcher that is killed
+            wait = f"{max(self.grace, 10.0):g}"
+            command = [sys.executable, "-m", "stagegan", "serve", "--stop-when-chief-gone", wait]
         chief = job == "chief"
         process = subprocess.Popen(
             command,
@@ -295,18 +296,25 @@ class ServerCluster:
                 died = process.poll()
                 if job == "chief" or died is None:
                     continue
-                if job == "worker" and self.restarts < self.RESTARTS:
-                    self.restarts += 1
+                if job == "worker" and self.restarts.get(index, 0) < self.RESTARTS:
+                    self.restarts[index] = self.restarts.get(index, 0) + 1
                     _say(f"worker {index} {describe(died)}; starting it again")
                     self._start(job, index)
                 elif not getattr(process, "reported", False):
                     process.reported = True
+                    workers = [p for (j, _), p in self.processes.items() if j == "worker"]
+                    fatal = job == "ps" or all(p.poll() is not None for p in workers)
+                    what = "parameter server" if job == "ps" else "worker"
                     _say(
-                        f"{'parameter server' if job == 'ps' else 'worker'} {index} "
-                        f"{describe(died)}; the chief stops when it needs it (or is stopped "
-                        f"{self.grace:g} s from now)"
+                        f"{what} {index} {describe(died)}"
+                        + (
+                            f"; the chief stops when it needs it (or is stopped {self.grace:g} s "
+                            "from now)"
+                            if fatal
+                            else "; the other workers take its steps"
+                        )
                     )
-                    if deadline is None:
+                    if fatal and deadline is None:
                         deadline = time.monotonic() + self.grace
             time.sleep(0.1)
 

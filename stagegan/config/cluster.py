@@ -32,7 +32,10 @@ def read_tf_config(strategy="multi_worker"):
         )
     try:
         spec = json.loads(raw)
-        cluster = {job: list(members) for job, members in dict(spec["cluster"]).items()}
+        cluster = {
+            job: members if isinstance(members, str) else list(members)
+            for job, members in dict(spec["cluster"]).items()
+        }
         task_type, index = spec["task"]["type"], int(spec["task"]["index"])
         members = cluster[task_type]
     except (ValueError, KeyError, TypeError) as error:
@@ -79,6 +82,12 @@ def parameter_server_cluster():
         raise ConfigError(
             key, f"a parameter_server cluster has jobs chief, worker and ps, not {unknown}"
         )
+    for job, members in cluster.items():
+        if isinstance(members, str) or not all(_address(m) for m in members):
+            raise ConfigError(
+                key,
+                f"TF_CONFIG's {job} must be a list of host:port strings. Received: {members!r}",
+            )
     needs = (("chief", "exactly one"), ("worker", "at least one"), ("ps", "at least one"))
     for job, wanted in needs:
         count = len(cluster.get(job, []))
@@ -130,6 +139,14 @@ def wait_for_servers(cluster, timeout=None, poll=0.5):
             logging.getLogger("stagegan").info("waiting for %s to answer", named)
             said = True
         time.sleep(poll)
+
+
+def _address(member):
+    """Whether `member` reads as `host:port`."""
+    if not isinstance(member, str) or ":" not in member:
+        return False
+    host, port = member.rsplit(":", 1)
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _job(job):

@@ -146,6 +146,7 @@ class Placement:
         warning: `gpu_warning`'s line, or None.
         coordinator: `parameter_server`'s `tf.distribute.coordinator.ClusterCoordinator`,
             which schedules every step on a worker; None for the other backends.
+        workers: how many workers the coordinator schedules on (`parameter_server`).
     """
 
     towers: tuple
@@ -156,6 +157,7 @@ class Placement:
     backend: str = "towers"
     warning: object = None
     coordinator: object = None
+    workers: int = 1  # `parameter_server`'s worker tasks
 
     @property
     def replicas(self):
@@ -251,7 +253,10 @@ def resolve_placement(config, batch_size):
     check_batch_divides(batch_size, len(labels))
     placement = Placement(towers, labels, variables, strategy, config.jit, backend, warning)
     if backend == "parameter_server":
-        placement = dataclasses.replace(placement, coordinator=coordinator)
+        cluster, _, _ = parameter_server_cluster()
+        placement = dataclasses.replace(
+            placement, coordinator=coordinator, workers=len(cluster["worker"])
+        )
     _check_jit(placement)
     return placement
 
@@ -301,7 +306,14 @@ def _parameter_server_strategy():
     wait_for_servers(cluster)  # TensorFlow would wait for a missing one forever, silently
     tf.get_logger().addFilter(_expected_on_the_coordinator)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    try:
+        strategy = tf.distribute.ParameterServerStrategy(resolver)
+    except tf.errors.OpError as error:  # its own address: the port is taken
+        raise ConfigError(
+            "TF_CONFIG",
+            f"the chief cannot serve at {cluster['chief'][0]}: "
+            f"{str(error).strip().splitlines()[0]}",
+        ) from None
     return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
 
 

@@ -347,11 +347,13 @@ class Fetched(Mapping):
     """One field of a `StepOutput` that a worker computes (`parameter_server`): reading it
     waits for that step and fetches its values (numpy) from the worker."""
 
-    def __init__(self, remote, field):
-        self.remote, self.field = remote, field
+    def __init__(self, remote, field, cache):
+        self.remote, self.field, self.cache = remote, field, cache
 
     def _values(self):
-        return getattr(self.remote.fetch(), self.field)
+        if not self.cache:  # once per step, shared by its fields
+            self.cache.append(self.remote.fetch())
+        return getattr(self.cache[0], self.field)
 
     def __getitem__(self, key):
         return self._values()[key]
@@ -366,7 +368,8 @@ class Fetched(Mapping):
 def scheduled_output(remote):
     """The `StepOutput` of a step scheduled on a worker (`remote`: its `RemoteValue`), each
     field fetched when first read, so unread steps do not wait for one another."""
-    return StepOutput(*(Fetched(remote, field) for field in StepOutput._fields))
+    cache = []
+    return StepOutput(*(Fetched(remote, field, cache) for field in StepOutput._fields))
 
 
 def gated(update, stage_step, run, idle, lazy):

@@ -63,8 +63,8 @@ class Conditions:
     def _read(self):
         """Add the collected metric values to the running sum (NaN: the update did not run,
         or was skipped), in step order, as if each had been added after its step."""
-        for tensor in self.pending:
-            value = float(tensor)
+        for metrics, name in self.pending:
+            value = float(metrics[name])
             if not math.isnan(value):
                 self.total, self.count = self.total + value, self.count + 1
         self.pending = []
@@ -93,7 +93,9 @@ class Conditions:
             self.total, self.count, self.best, self.bad = 0.0, 0, None, 0
             self.pending = []
         if isinstance(until, Threshold):
-            self.pending.append(tick.output.metrics[until.metric])
+            # The mapping, not its value: a step scheduled on a worker (`parameter_server`)
+            # is not waited for until the check reads it.
+            self.pending.append((tick.output.metrics, until.metric))
         stage_steps = tick.position.stage_step + 1
         reason = None
         # A check at the stage's last step too, so a stage extended on resume (whose old last

@@ -19,6 +19,7 @@ import time
 import tensorflow as tf
 
 from stagegan.config.cluster import answers
+from stagegan.errors import ConfigError
 
 log = logging.getLogger("stagegan")
 
@@ -32,14 +33,21 @@ def serve(cluster, task_type, index, stop_after_chief=None, poll=1.0):
     # tutorial gives in-process servers at least this many inter-op threads (with the
     # default of one per core, two cores deadlock).
     config.inter_op_parallelism_threads = max(8, os.cpu_count() or 1)
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(cluster),
-        job_name=task_type,
-        task_index=index,
-        protocol="grpc",
-        config=config,
-        start=True,
-    )
+    try:
+        server = tf.distribute.Server(
+            tf.train.ClusterSpec(cluster),
+            job_name=task_type,
+            task_index=index,
+            protocol="grpc",
+            config=config,
+            start=True,
+        )
+    except tf.errors.OpError as error:  # the port is taken, the host is not this one
+        raise ConfigError(
+            "TF_CONFIG",
+            f"cannot serve {task_type} {index} at {cluster[task_type][index]}: "
+            f"{str(error).strip().splitlines()[0]}",
+        ) from None
     name = "parameter server" if task_type == "ps" else "worker"
     log.info("%s %d serving at %s", name, index, cluster[task_type][index])
     if stop_after_chief is None:

@@ -153,7 +153,7 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         )
         raise GuardStop(f"{e.message}; {last}") from None
     except tf.errors.OpError as e:
-        servers = trainer.placement.coordinator is not None
+        servers = trainer.placement.coordinator is not None and lost_a_server(e)
         if not (trainer.multi_worker or servers):
             raise
         latest = store.latest()
@@ -873,6 +873,18 @@ class StopSignals:
             os.close(self.pipe[1])  # the watcher reads end-of-file and returns
             self.pipe = None
         return False
+
+
+def lost_a_server(error):
+    """Whether a parameter-server run's error is a lost server (its connection refused or
+    closed, a deadline passed), not an error of the step itself (bad data, memory)."""
+    lost = (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+        tf.errors.DeadlineExceededError,
+    )
+    return isinstance(error, lost)
 
 
 def describe_server_error(error):

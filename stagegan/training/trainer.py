@@ -35,6 +35,9 @@ from stagegan.tasks.base import RandomStreams
 
 log = logging.getLogger("stagegan")
 
+# `parameter_server`: steps queued per worker before the chief waits for them all.
+IN_FLIGHT = 2
+
 
 @dataclass(frozen=True)
 class Model:
@@ -79,6 +82,7 @@ class Trainer:
             tf.config.experimental.enable_op_determinism()
         self.placement = resolve_placement(config.devices, config.batch_size)
         self.multi_worker = config.devices.strategy == "multi_worker"
+        self.in_flight = 0  # steps scheduled on workers and not waited for
         keras.utils.set_random_seed(config.seed)
         model = build_model(config, self.placement)
         self.task, self.rngs, self.networks = model.task, model.rngs, model.networks
@@ -220,6 +224,7 @@ class Trainer:
         worker's error is raised here. Nothing to wait for on the other backends."""
         if self.placement.coordinator is not None:
             self.placement.coordinator.join()
+            self.in_flight = 0
 
     def step(self, position, with_gradients=False, check=True):
         """Run the step at `position` (a `schedule.Position`); returns its `steps.StepOutput`.
@@ -231,6 +236,11 @@ class Trainer:
         """
         stage_step = self.stage_steps[position.stage_index]
         output = stage_step(position.stage_step, with_gradients)
+        coordinator = self.placement.coordinator
+        if coordinator is not None:  # at most IN_FLIGHT steps a worker queued at once:
+            self.in_flight += 1  # bounds staleness, and what a signal waits for
+            if self.in_flight >= IN_FLIGHT * self.placement.workers:
+                self.join()
         act = self.guard.check if check else self.guard.collect
         act(stage_step.stage, position.global_step + 1, output.guard)
         return output
