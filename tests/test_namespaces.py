@@ -12,13 +12,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import yaml
 from clihelp import ROOT
 from test_multi_worker import RAW, weights
 from test_training import reference_run
-from toytask import ALL_KINDS, snapshot
+from toytask import ALL_KINDS, max_diff, snapshot
 
 from stagegan.cli.launch import ps_tf_config
 from stagegan.config.schema import parse_config
@@ -127,7 +126,7 @@ def test_multi_worker_across_two_namespaces(network, tmp_path, initial, expected
         assert process.returncode == 0, err[-3000:]
     crossed = sent_bytes(network) - before
     final = weights(find_checkpoint(tmp_path / "run"), initial)
-    diff = max(float(np.max(np.abs(final[p] - expected[p]))) for p in expected)
+    diff = max_diff(final, expected)
     print(f"multi_worker across namespaces: {crossed} bytes crossed, max diff {diff:.3g}")
     assert crossed > 10_000 and diff <= 1e-5
 
@@ -159,7 +158,7 @@ def test_parameter_servers_across_two_namespaces(network, tmp_path, initial, exp
     assert chief.returncode == 0, err[-3000:]
     crossed = sent_bytes(network) - before
     final = weights(find_checkpoint(tmp_path / "run"), initial)
-    diff = max(float(np.max(np.abs(final[p] - expected[p]))) for p in expected)
+    diff = max_diff(final, expected)
     print(f"parameter_server across namespaces: {crossed} bytes crossed, max diff {diff:.3g}")
     assert crossed > 10_000 and diff <= 1e-5
 

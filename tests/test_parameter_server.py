@@ -18,7 +18,7 @@ import yaml
 from clihelp import ROOT, stagegan
 from test_multi_worker import RAW, weights
 from test_training import reference_run
-from toytask import ALL_KINDS, snapshot
+from toytask import ALL_KINDS, max_diff, snapshot
 
 from stagegan.cli import main as cli
 from stagegan.cli.launch import free_ports, ps_tf_config
@@ -61,10 +61,6 @@ def launched(tmp_path_factory):
     result = launch(folder, ASYNCHRONOUS, 2, 2)
     assert result.returncode == 0, result.stderr[-3000:]
     return folder, folder / "run", result
-
-
-def max_diff(a, b):
-    return max(float(np.max(np.abs(a[p] - b[p]))) for p in b)
 
 
 def test_asynchronous_steps_keep_the_schedule(launched, initial, expected):

@@ -245,3 +245,9 @@ def snapshot(trainer, state=False):
 def network_weights(trainer):
     """Every network's weights (Keras order, network by network), as numpy arrays."""
     return [w for network in trainer.networks.values() for w in network.get_weights()]
+
+
+def max_diff(values, reference):
+    """The largest absolute difference between `{path: array}` `values` and `reference`,
+    over `reference`'s paths."""
+    return max(float(np.max(np.abs(values[p] - reference[p]))) for p in reference)

@@ -116,12 +116,29 @@ def free_ports(count):
 
 
 def tf_config(addresses, index):
-    return json.dumps(
-        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
-    )
+    """The `TF_CONFIG` of worker `index` of a multi-worker cluster of `addresses`."""
+    return ps_tf_config({"worker": addresses}, "worker", index)
 
 
-class Cluster:
+class Launched:
+    """What both launches share: `run` starts the processes (`_start_all`) and waits
+    (`_wait`: the exit status) with SIGINT and SIGTERM forwarded (`_forward`); at the end
+    every process still running is stopped and the output threads are joined."""
+
+    def run(self):
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._start_all()
+            return self._wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            stop_processes(self._started())
+            for thread in self.threads:
+                thread.join(timeout=5)
+
+
+class Cluster(Launched):
     """The worker processes of one launch."""
 
     def __init__(self, workers, args, grace, gpus=None):
@@ -132,19 +149,13 @@ class Cluster:
         self.processes = []
         self.threads = []
 
-    def run(self):
+    def _start_all(self):
         addresses = [f"127.0.0.1:{port}" for port in free_ports(self.count)]
-        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            for index in range(self.count):
-                self.processes.append(self._start(addresses, index))
-            return self._wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            self._stop_all()
-            for thread in self.threads:
-                thread.join(timeout=5)
+        for index in range(self.count):
+            self.processes.append(self._start(addresses, index))
+
+    def _started(self):
+        return self.processes
 
     def _start(self, addresses, index):
         env = worker_env(os.environ, addresses, index, self.gpus)
@@ -190,7 +201,7 @@ class Cluster:
             if deadline is not None and time.monotonic() > deadline:
                 running = [i for i, c in enumerate(codes) if c is None]
                 _say(f"workers {', '.join(map(str, running))} still running; terminating them")
-                self._stop_all()
+                stop_processes(self.processes)
                 break
             time.sleep(0.1)
         if failed is None:
@@ -203,16 +214,13 @@ class Cluster:
             if process.poll() is None:
                 process.send_signal(signum)
 
-    def _stop_all(self):
-        stop_processes(self.processes)
-
 
 def ps_tf_config(addresses, task_type, index):
     """The `TF_CONFIG` of one task of a parameter-server cluster (`addresses`: `{job: [...]}`)."""
     return json.dumps({"cluster": addresses, "task": {"type": task_type, "index": index}})
 
 
-class ServerCluster:
+class ServerCluster(Launched):
     """The processes of a local `parameter_server` launch: the chief runs `train` (its
     output passes straight through), each worker and parameter server runs `serve` (its
     lines prefixed `[worker i]`, `[ps i]`), all on 127.0.0.1.
@@ -233,28 +241,19 @@ class ServerCluster:
         self.restarts = {}  # worker index -> times started again
         self.threads = []
 
-    def run(self):
+    def _start_all(self):
         ports = iter(free_ports(1 + sum(self.counts.values())))
+        jobs = {"chief": 1, **self.counts}
         self.addresses = {
-            "chief": [f"127.0.0.1:{next(ports)}"],
-            **{
-                job: [f"127.0.0.1:{next(ports)}" for _ in range(n)]
-                for job, n in self.counts.items()
-            },
+            job: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for job, n in jobs.items()
         }
-        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            for job, count in self.counts.items():
-                for index in range(count):
-                    self._start(job, index)
-            self._start("chief", 0)
-            return self._wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            self._stop_all()
-            for thread in self.threads:
-                thread.join(timeout=5)
+        for job, count in self.counts.items():
+            for index in range(count):
+                self._start(job, index)
+        self._start("chief", 0)
+
+    def _started(self):
+        return self.processes.values()
 
     def _start(self, job, index):
         env = dict(os.environ, TF_CONFIG=ps_tf_config(self.addresses, job, index))
@@ -322,9 +321,6 @@ class ServerCluster:
         chief = self.processes.get(("chief", 0))
         if chief is not None and chief.poll() is None:
             chief.send_signal(signum)  # the chief checkpoints and stops; then the servers
-
-    def _stop_all(self):
-        stop_processes(self.processes.values())
 
 
 def stop_processes(processes):

@@ -146,7 +146,8 @@ class Placement:
         warning: `gpu_warning`'s line, or None.
         coordinator: `parameter_server`'s `tf.distribute.coordinator.ClusterCoordinator`,
             which schedules every step on a worker; None for the other backends.
-        workers: how many workers the coordinator schedules on (`parameter_server`).
+        workers, servers: how many workers the coordinator schedules on, and how many
+            parameter servers hold the variables (`parameter_server`).
     """
 
     towers: tuple
@@ -158,6 +159,7 @@ class Placement:
     warning: object = None
     coordinator: object = None
     workers: int = 1  # `parameter_server`'s worker tasks
+    servers: int = 0  # and its parameter servers
 
     @property
     def replicas(self):
@@ -184,8 +186,7 @@ class Placement:
         plural = "s" if count > 1 else ""
         listed = f"({', '.join(self.labels)})"
         if self.backend == "parameter_server":
-            cluster, _, _ = parameter_server_cluster()
-            workers, servers = len(cluster["worker"]), len(cluster["ps"])
+            workers, servers = self.workers, self.servers
             return (
                 f"devices: parameter_server: variables on {servers} parameter server"
                 f"{'s' if servers > 1 else ''}, each step on one of {workers} worker"
@@ -238,7 +239,7 @@ def resolve_placement(config, batch_size):
         )
         towers, backend = local, "multi_worker"
     elif config.strategy == "parameter_server":
-        strategy, coordinator = _parameter_server_strategy()
+        strategy, coordinator, cluster = _parameter_server_strategy()
         # Each step runs whole on one worker, which the coordinator picks; the run's own
         # state (counters, random streams, the EMA, an in-memory data set) lives on the
         # first parameter server, where the optimizers apply.
@@ -253,9 +254,11 @@ def resolve_placement(config, batch_size):
     check_batch_divides(batch_size, len(labels))
     placement = Placement(towers, labels, variables, strategy, config.jit, backend, warning)
     if backend == "parameter_server":
-        cluster, _, _ = parameter_server_cluster()
         placement = dataclasses.replace(
-            placement, coordinator=coordinator, workers=len(cluster["worker"])
+            placement,
+            coordinator=coordinator,
+            workers=len(cluster["worker"]),
+            servers=len(cluster["ps"]),
         )
     _check_jit(placement)
     return placement
@@ -301,7 +304,8 @@ def _multi_worker_strategy():
 
 def _parameter_server_strategy():
     """TensorFlow's `ParameterServerStrategy` over the `TF_CONFIG` cluster (this process is
-    its chief), and the `ClusterCoordinator` that schedules steps on its workers."""
+    its chief), the `ClusterCoordinator` that schedules steps on its workers, and the
+    cluster (`{job: [address]}`)."""
     cluster, _, _ = parameter_server_cluster()  # a clear error for a broken TF_CONFIG
     wait_for_servers(cluster)  # TensorFlow would wait for a missing one forever, silently
     tf.get_logger().addFilter(_expected_on_the_coordinator)
@@ -314,7 +318,7 @@ def _parameter_server_strategy():
             f"the chief cannot serve at {cluster['chief'][0]}: "
             f"{str(error).strip().splitlines()[0]}",
         ) from None
-    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
+    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy), cluster
 
 
 def _expected_on_the_coordinator(record):

@@ -79,6 +79,8 @@ class Replicas:
         jit: compile each replica's pass with XLA.
     """
 
+    coordinator = None  # `parameter_server`'s ClusterCoordinator (StrategyReplicas)
+
     def __init__(self, labels, variables, state_variables, jit=False):
         self.labels = tuple(labels)
         self.count = len(self.labels)

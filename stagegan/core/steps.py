@@ -164,7 +164,7 @@ class StageStep:
         if not self.trace_count:
             self.trace()
         args = (tf.constant(stage_step, tf.int64), with_gradients)
-        coordinator = getattr(self.replicas, "coordinator", None)
+        coordinator = self.replicas.coordinator
         if coordinator is None:
             return self.function(*args)
         # `parameter_server`: queued for the next free worker; read when first needed.

@@ -107,11 +107,11 @@ class Task:
     defaults = {"data": {}, "model": {}, "loss": {}}
     batch_size = None  # the global batch size; set by the trainer before build()
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
-    # Where an in-memory data set is held and its batches gathered: the host CPU, or under
-    # `parameter_server` the chief, which also holds a stream's iterator (`reads`; both set
-    # by the trainer): the one machine that needs the data.
+    # Where an in-memory data set is held and its batches gathered (the host CPU), and where
+    # a stream's iterator lives (None: the builder's device scope). Under `parameter_server`
+    # the trainer sets both to the chief: the one machine that needs the data.
     host = "/CPU:0"
-    reads = False
+    reader = None
     augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
     augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
     stage = None  # the `config.Stage` whose step traces, else None
@@ -518,7 +518,7 @@ class ImageTask(Task):
 
     def build_source(self):
         self.source = ImageSource(
-            self.data, self.rngs.seed, self.batch_size, self.host, self.host if self.reads else None
+            self.data, self.rngs.seed, self.batch_size, self.host, self.reader
         )
 
     @property

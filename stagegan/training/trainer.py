@@ -310,7 +310,7 @@ def build_model(config, placement):
         task.check_stages(config.stages)
         task.batch_size = config.batch_size
         if placement.coordinator is not None:  # the chief reads the data (and checkpoints
-            task.host, task.reads = CHIEF_DEVICE, True  # a stream's position there)
+            task.host = task.reader = CHIEF_DEVICE  # a stream's position there)
         task.check_shard(config.batch_size, placement.replicas)
         counted = task.check_memory(
             config.batch_size, held_counts(config, task), chunk_size(config)
