@@ -9,11 +9,14 @@ The Python API (`stagegan.api`):
     run = stagegan.train("mog_ring", overrides={"stages[0].steps": 500})
     run = stagegan.load_run("runs/mog-ring-1")
     run.sample(16), run.evaluate(), run.plan(), run.resume({...})
+
+A metric of one's own: `@stagegan.register_metric(name, mode)` (`stagegan.evaluation.registry`).
 """
 
 from stagegan.api import Run, load, load_run, plan, train
 from stagegan.errors import ConfigError, RunStopped, WriteError
 from stagegan.errors import StageganError as Error
+from stagegan.evaluation.registry import register_metric
 
 __version__ = "0.1.0"
 __all__ = [
@@ -25,5 +28,6 @@ __all__ = [
     "load",
     "load_run",
     "plan",
+    "register_metric",
     "train",
 ]

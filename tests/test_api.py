@@ -18,6 +18,7 @@ from toytask import read_checkpoint
 import stagegan
 from stagegan import errors
 from stagegan.config.schema import load_config
+from stagegan.evaluation import registry
 
 # One stage of 6 steps (each stage traced costs seconds), checkpoints at 2, 4 and 6.
 OVERRIDES = [*TINY[1::2], "stages=alternating", "stages[0].steps=6", "samples=null", "eval=null"]
@@ -158,6 +159,7 @@ API = {
     "RunStopped": errors.RunStopped,
     "WriteError": errors.WriteError,
     **{name: getattr(stagegan.api, name) for name in ("Run", "load", "load_run", "plan", "train")},
+    "register_metric": registry.register_metric,
 }
 
 

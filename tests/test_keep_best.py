@@ -183,7 +183,6 @@ def test_plan_shows_keep_best_and_the_rollback():
         ),
         ({"checkpoint": {"keep_best": {"mode": "min"}}}, "checkpoint.keep_best.metric"),
         ({"checkpoint": {"keep_best": {"metric": "gap", "when": 1}}}, "checkpoint.keep_best.when"),
-        ({"checkpoint": {"keep_best": "gap"}, "eval": None}, "checkpoint.keep_best.mode"),
         (
             {"checkpoint": {"keep_best": {"metric": "gap", "mode": "min"}}, "eval": None},
             "checkpoint.keep_best",

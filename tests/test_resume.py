@@ -232,6 +232,7 @@ def test_resume_rules_are_the_records_field_metadata():
         "eval.count",
         "eval.features",
         "eval.batch_size",
+        "eval.metrics",
     }
     old = parse_config(TOY)
     change = lambda **raw: check_changes(old, parse_config({**TOY, **raw}), step=4)

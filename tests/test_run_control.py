@@ -263,7 +263,8 @@ def test_plateau_counts_checks_without_improvement_by_hand():
     improve by more than 0.5: the 3rd check without improvement (check 6, stage step 12) ends
     the stage."""
     raw = until_config()
-    raw["stages"][0]["until"] = {"eval": "fid", "patience": 3, "min_delta": 0.5, "check_every": 2}
+    until = {"eval": "fid", "patience": 3, "min_delta": 0.5, "check_every": 2, "mode": "min"}
+    raw["stages"][0]["until"] = until
     config = parse_config(raw)
     schedule = Schedule(config.stages)
     conditions = Conditions(schedule, FakeEvaluation([10, 8, None, 7.6, 7.7, 7.5, 7.45]))

@@ -88,11 +88,7 @@ UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode
 UNTIL_KEYS += ("check_every", "min_steps", "restore")
 KEEP_BEST_KEYS = ("metric", "mode")
 UNTIL_CHECK_EVERY = 100
-# Eval metrics whose direction `until: {eval: ...}` knows (the last part of the name);
-# any other needs `mode: min` or `mode: max`.
-LOWER_IS_BETTER = ("fid", "kid", "l1", "kl", "reverse_kl", "c2st", "structure")
-HIGHER_IS_BETTER = ("psnr", "ssim", "modes", "high_quality")
-HIGHER_IS_BETTER += ("precision", "recall", "density", "coverage")
+METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
 UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every", "lazy")
 # Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
 LAZY_DEFAULTS = {
@@ -287,7 +283,8 @@ class Threshold(Until):
 @dataclass(frozen=True, kw_only=True)
 class Plateau(Until):
     """`until: {eval: ...}`: an evaluation metric has not improved by more than `min_delta`
-    for `patience` checks in a row (`mode`: min or max, which way is better)."""
+    for `patience` checks in a row (`mode`: min or max, which way is better; auto until the
+    run resolves it from the metric's declaration)."""
 
     eval: str
     patience: int
@@ -295,7 +292,7 @@ class Plateau(Until):
     mode: str
 
     def condition(self):
-        better = "lower" if self.mode == "min" else "higher"
+        better = {"min": "lower", "max": "higher"}.get(self.mode, "auto: as declared,")
         return (
             f"eval {self.eval} ({better} is better) has not improved by more than "
             f"{self.min_delta:g} for {self.patience} checks"
@@ -443,10 +440,10 @@ class KeepBest:
     evaluation (`eval:`, or an `until` plateau's) is tagged `best` and never rotated away."""
 
     metric: str
-    mode: str  # min | max: which way is better
+    mode: str  # min | max: which way is better (auto until the run resolves it)
 
     def describe(self):
-        better = "lowest" if self.mode == "min" else "highest"
+        better = {"min": "lowest", "max": "highest"}.get(self.mode, "best")
         return f"keep best: the checkpoint of the {better} eval {self.metric}, tagged best"
 
 
@@ -484,19 +481,30 @@ class SamplesConfig:
     ema: bool = option(True, boolean)
 
 
+def _metric_names(value, key):
+    """`eval.metrics`: metrics added to the task's own, each a name declared with
+    `stagegan.register_metric` or `package.module:function` (checked when the run is built)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"must be a list of metric names. Received: {value!r}")
+    return tuple(_string(name, f"{key}[{i}]") for i, name in enumerate(value))
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
     `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
     `package.module:function` for FID/KID; `batch_size`: images per forward pass in
-    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`).
-    Evaluation reads the weights and writes only its own records: all of it may change on
-    resume."""
+    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`);
+    `metrics`: metrics added to the task's own (`stagegan.evaluation.registry`). Evaluation
+    reads the weights and writes only its own records: all of it may change on resume."""
 
     every: int = option(0, integer(0), resume=True)
     count: object = option(None, optional(integer(4)), resume=True)
     features: object = option(None, optional(string), resume=True)
     batch_size: object = option(None, optional(integer(1)), resume=True)
+    metrics: object = option(None, _metric_names, resume=True)  # a tuple, or None: none
 
 
 @dataclass(frozen=True)
@@ -1352,15 +1360,15 @@ def _growth(stage_raw, key):
     return resolution, fade_in
 
 
-def _metric_mode(value, name, key):
-    """The `mode` of an eval metric (`value`, or the default its name implies)."""
-    last = name.rsplit("/", 1)[-1]
-    default = "min" if last in LOWER_IS_BETTER else "max" if last in HIGHER_IS_BETTER else None
-    mode = default if value is None else value
-    if mode not in ("min", "max"):
+def _metric_mode(value, key):
+    """The `mode` of an eval metric: min, max, or auto (the direction the metric declares,
+    resolved by `stagegan.evaluation.registry` when the run is built)."""
+    mode = "auto" if value is None else value
+    if mode not in METRIC_MODES:
         raise ConfigError(
             f"{key}.mode",
-            f"must be min or max (which way {name!r} is better). Received: {mode!r}",
+            f"must be one of {', '.join(METRIC_MODES)} (which way the metric is better). "
+            f"Received: {mode!r}",
         )
     return mode
 
@@ -1377,7 +1385,7 @@ def _parse_keep_best(value):
     if value.get("metric") is None:
         raise ConfigError(f"{key}.metric", "required key is missing (an eval metric, e.g. fid)")
     name = _string(value["metric"], f"{key}.metric")
-    return KeepBest(metric=name, mode=_metric_mode(value.get("mode"), name, key))
+    return KeepBest(metric=name, mode=_metric_mode(value.get("mode"), key))
 
 
 def _check_keep_best(keep_best, stages, eval_section):
@@ -1437,7 +1445,7 @@ def _parse_until(value, key, steps):
         )
     _check_unused(until, ("above", "below"), key, "eval")
     name = _string(until["eval"], f"{key}.eval")
-    mode = _metric_mode(until.get("mode"), name, key)
+    mode = _metric_mode(until.get("mode"), key)
     min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
     if min_delta < 0:
         raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")

@@ -20,6 +20,8 @@ def reading(values, metric):
 def improves(value, best, mode, min_delta=0.0):
     """Whether `value` beats `best` (None: there is none yet) by more than `min_delta`, in
     `mode`'s direction ("min": lower is better, "max": higher is better). Ties do not."""
+    if mode not in ("min", "max"):  # "auto" is resolved when the run is built
+        raise ValueError(f"mode must be 'min' or 'max', not {mode!r}")
     if best is None:
         return True
     return (best - value if mode == "min" else value - best) > min_delta

@@ -177,20 +177,12 @@ def never_checked(stage):
     )
 
 
-def check_metrics(stages, stage_plans, task):
-    """Refuse a threshold on a metric that its stage does not log, or a plateau of one the
-    task does not evaluate (when it declares `eval_metrics`), before the first step."""
+def check_metrics(stages, stage_plans):
+    """Refuse a threshold on a metric that its stage does not log, before the first step.
+    (A plateau's metric is the evaluation's: `stagegan.evaluation.registry.settle`.)"""
     for stage, plans in zip(stages, stage_plans, strict=True):
         until = stage.until
-        if until is None:
-            continue
-        if isinstance(until, Plateau):
-            known = task.eval_metrics
-            if known is not None and until.eval not in known:
-                raise ConfigError(
-                    f"{until.key}.eval",
-                    f"task {task.name!r} evaluates no {until.eval!r} (it has: {', '.join(known)})",
-                )
+        if until is None or isinstance(until, Plateau):
             continue
         names = [name for plan in plans for name in plan.metric_names()]
         if stage.augment is not None:

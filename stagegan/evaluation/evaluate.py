@@ -87,7 +87,7 @@ class Evaluation:
         self.batch_size = batch_size or chunk_size(trainer.config)
         self.memorise = True if nearest is not None else memorise
         self.nearest = nearest
-        self._extractor = self._pools = None
+        self._extractor = self._pools = self._samples = None
 
     @property
     def count(self):
@@ -99,7 +99,11 @@ class Evaluation:
         """Evaluate; returns `{"step", "ema", "count", "seconds", "metrics"}`."""
         self.check()
         start = time.perf_counter()
+        self._samples = None  # the weights may have changed since the last run
         values = self.task.evaluate(self)
+        for metric in self.added:
+            values[metric.name] = self._compute(metric)
+        self._samples = None
         return {
             "step": self.trainer.step_count,
             "ema": self.ema,
@@ -107,6 +111,40 @@ class Evaluation:
             "seconds": round(time.perf_counter() - start, 3),
             "metrics": values,
         }
+
+    @property
+    def added(self):
+        """The metrics this run adds to its task's own (`registry.settle`)."""
+        return self.trainer.added_metrics
+
+    def _compute(self, metric):
+        """An added metric's value: a finite number, or None (no value this time)."""
+        key, label = "eval.metrics", f"metric {metric.name!r}"
+        value = call_user(key, label, metric.compute, self)
+        if value is None:
+            return None
+        if isinstance(value, np.generic | np.ndarray) and np.size(value) == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"{label} returned {value!r}, not a number or None")
+        return float(value) if math.isfinite(value) else None
+
+    def samples(self):
+        """What the trainer generates from this evaluation's inputs (`count` of them, fixed by
+        `seed`; images in [-1, 1] for an image task), drawn once per `run` (for added
+        metrics, see `stagegan.evaluation.registry`)."""
+        if self._samples is None:
+            inputs, _ = self.task.sample_inputs(self.count, self.seed, self.count_key)
+            self._samples = self.sample_outputs(inputs)["samples"]
+        return self._samples
+
+    def real_images(self):
+        """`count` real images in [-1, 1] (held out where the source has a split), fixed by
+        `seed`: the ones FID compares with."""
+        if "images" not in self.task.capabilities:
+            raise ConfigError("eval.metrics", f"task {self.task.name!r} has no real images")
+        images, _ = self.task.reference_images(self.count, self.seed, self.count_key)
+        return images
 
     def check(self):
         """Load what the evaluation will need up front (feature extractors, enough real

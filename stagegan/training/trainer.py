@@ -30,6 +30,7 @@ from stagegan.core.steps import StageStep, UpdatePlan
 from stagegan.core.until import check_metrics
 from stagegan.core.variables import check_partition, scope_of, select_variables, slug
 from stagegan.errors import ConfigError
+from stagegan.evaluation.registry import settle as settle_metrics
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
 
@@ -87,6 +88,9 @@ class Trainer:
         model = build_model(config, self.placement)
         self.task, self.rngs, self.networks = model.task, model.rngs, model.networks
         self.variables, self.global_step = list(model.variables), model.global_step
+        # every `mode: auto` resolved from its metric's declaration; what evaluations add
+        config, self.added_metrics = settle_metrics(config, self.task)
+        self.config = config
         self.ema = None
         if config.ema is not None:
             mirrored = self.placement.backend in ("mirrored", "multi_worker")
@@ -94,8 +98,7 @@ class Trainer:
             self.ema = Ema(config.ema, self.networks, self.placement.variables, strategy)
         self.schedule = Schedule(config.stages, ends)
         self.updates = build_updates(config, model, self.placement)
-        check_metrics(config.stages, self.updates.plans, self.task)
-        check_keep_best_metric(config.checkpoint.keep_best, self.task)
+        check_metrics(config.stages, self.updates.plans)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
         self.staging = None
@@ -474,17 +477,6 @@ def build_optimizers(config, selections, placement):
             own_gradient_reduction(optimizer)
         optimizers[key] = optimizer
     return optimizers
-
-
-def check_keep_best_metric(keep_best, task):
-    """Refuse a `checkpoint.keep_best.metric` the task does not evaluate (when it declares
-    `eval_metrics`), before the first step."""
-    known = task.eval_metrics
-    if keep_best is not None and known is not None and keep_best.metric not in known:
-        raise ConfigError(
-            "checkpoint.keep_best.metric",
-            f"task {task.name!r} evaluates no {keep_best.metric!r} (it has: {', '.join(known)})",
-        )
 
 
 def set_learning_rates(trainer):

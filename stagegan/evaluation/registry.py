@@ -1,0 +1,238 @@
+"""Evaluation metrics, each declared once: its name, which way is better, and (for a metric
+the user adds) how to compute it. Everything that ranks evaluations (`checkpoint.keep_best`,
+`until: {eval: ...}`, `plan`) asks here, as stylegan2-ada-pytorch's `metric_main` serves its
+training loop and its `calc_metrics.py` alike. TF-free.
+
+A metric of one's own, computed in every evaluation of a run that names it:
+
+    @stagegan.register_metric("brightness", mode="max")
+    def brightness(evaluation):
+        return float(evaluation.samples().mean())   # a number, or None: no value this time
+
+    # run config: eval: {metrics: ["my_package.metrics:brightness"]}
+    #             checkpoint: {keep_best: brightness}  (or until: {eval: brightness, ...})
+
+The built-in metrics are computed by their task's `evaluate` (FID and KID share one set of
+features, the hole metrics one set of completions); they are declared here with their
+direction. A name with a prefix or suffix (`mean_fill/fid`, `fid/<class>`) ranks as the
+declared metric at its end, else at its start.
+"""
+
+import dataclasses
+
+from stagegan.config.objects import load_object
+from stagegan.config.schema import Plateau
+from stagegan.errors import ConfigError
+
+MODES = ("auto", "min", "max")
+ATTRIBUTE = "stagegan_metric"  # the `Metric` a decorated function carries
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One metric.
+
+    Attributes:
+        name: its name in `eval.jsonl` and in the config.
+        mode: "min" (lower is better), "max" (higher is better), or None (a count or a
+            label, not a score: it can rank nothing).
+        doc: one line on what it measures.
+        compute: `compute(evaluation) -> number or None` for a metric one adds; None for a
+            built-in one (its task's `evaluate` gives it).
+        needs: task capabilities it reads (`"images"`: samples that are images), checked
+            before the first step.
+    """
+
+    name: str
+    mode: object
+    doc: str = ""
+    compute: object = None
+    needs: frozenset = frozenset()
+
+
+METRICS = {}
+
+
+def declare(name, mode, doc="", compute=None, needs=()):
+    """Add a metric to the registry (a name already declared must be declared the same way,
+    or be the same function again: a module imported twice)."""
+    if mode not in ("min", "max", None):
+        raise ValueError(f"metric {name!r}: mode must be 'min', 'max' or None, not {mode!r}")
+    metric = Metric(name, mode, doc, compute, frozenset(needs))
+    known = METRICS.get(name)
+    if known is not None and known != metric and not _same_function(known, metric):
+        raise ValueError(f"metric {name!r} is already declared ({known.doc or known.compute})")
+    METRICS[name] = metric
+    return metric
+
+
+def _same_function(a, b):
+    def where(metric):
+        code = getattr(metric.compute, "__code__", None)
+        return code and (code.co_filename, getattr(metric.compute, "__qualname__", None))
+
+    return a.mode == b.mode and where(a) is not None and where(a) == where(b)
+
+
+def register_metric(name, mode, needs=(), doc=None):
+    """Decorator: `function(evaluation) -> number or None` becomes the metric `name`, better
+    when lower (`mode="min"`) or higher (`"max"`). `needs`: task capabilities it reads
+    (`("images",)` when it looks at images). The function is returned unchanged, marked so a
+    config may name it as `package.module:function` (`eval.metrics`)."""
+
+    def wrap(function):
+        text = doc if doc is not None else (function.__doc__ or "").strip().split("\n")[0]
+        metric = declare(name, mode, text, function, needs)
+        setattr(function, ATTRIBUTE, metric)
+        return function
+
+    return wrap
+
+
+def lookup(name):
+    """The declared `Metric` that ranks `name` (see the module doc), or None."""
+    if name in METRICS:
+        return METRICS[name]
+    parts = name.split("/")
+    for part in (parts[-1], parts[0]) if len(parts) > 1 else ():
+        metric = METRICS.get(part)
+        if metric is not None and metric.compute is None:
+            return metric
+    return None
+
+
+def resolve_mode(name, mode, key):
+    """`mode` ("min" or "max"), or with "auto" the declared direction of `name`.
+
+    Raises:
+        ConfigError: at `key`.mode when `name` has no declared direction.
+    """
+    if mode in ("min", "max"):
+        return mode
+    metric = lookup(name)
+    if metric is None or metric.mode is None:
+        scored = sorted(n for n, m in METRICS.items() if m.mode is not None)
+        raise ConfigError(
+            f"{key}.mode",
+            f"must be min or max (which way {name!r} is better is not declared; auto knows "
+            f"{', '.join(scored)})",
+        )
+    return metric.mode
+
+
+def load_metrics(names, key="eval.metrics"):
+    """The `Metric`s a config lists: a declared name, or `package.module:function` naming a
+    function decorated with `register_metric` (importing it declares it)."""
+    found = []
+    for index, name in enumerate(names):
+        where = f"{key}[{index}]"
+        if ":" in name:
+            function = load_object(name, where)
+            metric = getattr(function, ATTRIBUTE, None)
+            if metric is None:
+                raise ConfigError(
+                    where,
+                    f"{name!r} is not a metric (decorate it with @stagegan.register_metric"
+                    "(name, mode))",
+                )
+        else:
+            metric = METRICS.get(name)
+            if metric is None or metric.compute is None:
+                added = sorted(n for n, m in METRICS.items() if m.compute is not None)
+                have = f"declared: {', '.join(added)}" if added else "none is declared"
+                raise ConfigError(
+                    where,
+                    f"no metric {name!r} to add (a name made by @stagegan.register_metric, or "
+                    f"package.module:function; {have}; the task's own metrics need no entry)",
+                )
+        found.append(metric)
+    return found
+
+
+def computed(name):
+    """The added (computed) metric `name`, or None."""
+    metric = METRICS.get(name)
+    return metric if metric is not None and metric.compute is not None else None
+
+
+# The built-in metrics (computed by the tasks' `evaluate`), with their directions.
+for _name, _mode, _doc in (
+    ("fid", "min", "Fréchet distance between feature sets of real and generated images"),
+    ("kid", "min", "kernel inception distance (unbiased MMD^2, cubic kernel)"),
+    ("kid_std", None, "KID's spread over its subsets"),
+    ("precision", "max", "share of samples inside the real images' feature manifold"),
+    ("recall", "max", "share of real images inside the samples' feature manifold"),
+    ("density", "max", "how many real neighbourhoods hold each sample"),
+    ("coverage", "max", "share of real images with a sample in their neighbourhood"),
+    ("c2st", "min", "a classifier's held-out accuracy telling samples from real (0.5: chance)"),
+    ("c2st_std", None, "c2st's spread over its folds"),
+    ("l1", "min", "mean absolute error in the holes"),
+    ("psnr", "max", "peak signal-to-noise ratio in the holes"),
+    ("ssim", "max", "structural similarity in the holes"),
+    ("structure", "min", "Fréchet distance of local gradient statistics in the holes"),
+    ("sharpness", None, "Laplacian energy in the holes against the truth (1: as sharp)"),
+    ("modes", "max", "mixture modes captured"),
+    ("modes_total", None, "mixture modes in the data"),
+    ("high_quality", "max", "share of samples within 3 standard deviations of a mode"),
+    ("reverse_kl", "min", "KL(generated mode histogram || uniform)"),
+    ("kl", "min", "a Kullback-Leibler divergence"),
+    ("count", None, "samples evaluated"),
+):
+    declare(_name, _mode, _doc)
+
+
+def settle(config, task):
+    """The run's metrics settled before the first step: `(config, added)`, `config` with
+    every `mode: auto` of `checkpoint.keep_best` and `until: {eval: ...}` resolved to min or
+    max, `added` the computed metrics its evaluations add to the task's own (those
+    `eval.metrics` lists, and any that keep_best or an until plateau names).
+
+    Raises:
+        ConfigError: a metric the task does not evaluate, of no declared direction, or
+            needing what the task has not (`needs`).
+    """
+    added = load_metrics((config.eval.metrics or ()) if config.eval is not None else ())
+    keep_best = config.checkpoint.keep_best
+    ranked = [(keep_best.metric, "checkpoint.keep_best")] if keep_best is not None else []
+    ranked += [(s.until.eval, s.until.key) for s in config.stages if _plateau(s.until)]
+    for name, _ in ranked:
+        metric = computed(name)
+        if metric is not None and metric not in added:
+            added.append(metric)
+    for metric in added:
+        missing = metric.needs - set(task.capabilities)
+        if missing:
+            raise ConfigError(
+                "eval.metrics",
+                f"metric {metric.name!r} needs a task with {', '.join(sorted(missing))}; task "
+                f"{task.name!r} has {', '.join(sorted(task.capabilities)) or 'none'}",
+            )
+    known = task.eval_metrics
+    if known is not None:
+        known = tuple(known) + tuple(m.name for m in added if m.name not in known)
+    for name, key in ranked:
+        if known is not None and name not in known:
+            where = f"{key}.metric" if key == "checkpoint.keep_best" else f"{key}.eval"
+            raise ConfigError(
+                where, f"task {task.name!r} evaluates no {name!r} (it has: {', '.join(known)})"
+            )
+    if keep_best is not None and keep_best.mode == "auto":
+        mode = resolve_mode(keep_best.metric, keep_best.mode, "checkpoint.keep_best")
+        checkpoint = dataclasses.replace(
+            config.checkpoint, keep_best=dataclasses.replace(keep_best, mode=mode)
+        )
+        config = dataclasses.replace(config, checkpoint=checkpoint)
+    stages, changed = [], False
+    for stage in config.stages:
+        if _plateau(stage.until) and stage.until.mode == "auto":
+            mode = resolve_mode(stage.until.eval, stage.until.mode, stage.until.key)
+            stage = dataclasses.replace(stage, until=dataclasses.replace(stage.until, mode=mode))
+            changed = True
+        stages.append(stage)
+    if changed:
+        config = dataclasses.replace(config, stages=tuple(stages))
+    return config, added
+
+
+def _plateau(until):
+    return isinstance(until, Plateau)
