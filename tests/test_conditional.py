@@ -252,7 +252,7 @@ def test_eval_reports_fid_and_kid_per_class(folder_run):
     # fid/mid by hand: the 8 real "mid" images against 8 generated of class 2 (sorted names)
     trainer, _ = restore_run(folder_run, None)
     evaluation = Evaluation(trainer, folder_run, count=24, seed=0)
-    real, labels, _ = trainer.task.reference_images(24, 0, labels=True)
+    real, labels, _ = trainer.task.real.draw(24, 0, labels=True)
     assert sorted(labels.tolist()) == [0] * 8 + [1] * 8 + [2] * 8
     inputs, _ = trainer.task.sample_inputs(24, 0)
     fake = trainer.task.generator([inputs["z"], labels], training=False).numpy()

@@ -295,7 +295,11 @@ class ImageTaskStub:
         self.images = images
         self.asked = []
 
-    def reference_images(self, count, seed, key="count"):
+    @property
+    def real(self):
+        return self
+
+    def draw(self, count, seed, key="count"):
         self.asked.append((count, seed, key))
         return self.images[:count], True
 

@@ -330,7 +330,7 @@ def test_fid_kid_on_shapes_default_to_the_shapes_features_and_all_held_out_image
     report = json.loads(result.stdout)["metrics"]
     assert report["count"] == 400 and report["features"] == "shapes_net"
     assert report["held_out"] is True and report["kid_std"] > 0
-    real, _ = trainer.task.reference_images(400, trainer.config.seed)
+    real, _ = trainer.task.real.draw(400, trainer.config.seed)
     inputs, _ = trainer.task.sample_inputs(400, trainer.config.seed)
     fake = trainer.sample({"z": inputs["z"]}).numpy()
     extract = shapes_net.extractor()

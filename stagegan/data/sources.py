@@ -207,7 +207,7 @@ class Pool:
 
 
 def reference_pool(options, seed, count):
-    """The `Pool` behind `ImageTask.reference_images`: the held-out split where the source
+    """The `Pool` behind `stagegan.data.real.RealImages`: the held-out split where the source
     has one; a folder's files (decoded when chosen, so memory does not grow with the folder);
     a stream's first `count` images."""
     return source_of(options).pool(seed, count)

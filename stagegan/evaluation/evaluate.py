@@ -143,7 +143,7 @@ class Evaluation:
         `seed`: the ones FID compares with."""
         if "images" not in self.task.capabilities:
             raise ConfigError("eval.metrics", f"task {self.task.name!r} has no real images")
-        images, _ = self.task.reference_images(self.count, self.seed, self.count_key)
+        images, _ = self.task.real.draw(self.count, self.seed, self.count_key)
         return images
 
     def check(self):
@@ -251,7 +251,7 @@ class Evaluation:
         """FID, KID, precision, recall, density and coverage (`distances`) between `count`
         generated images and `count` real ones, and the classifier two-sample test on the
         images themselves (`c2st`, `c2st_std`)."""
-        real, held_out = task.reference_images(self.count, self.seed, self.count_key)
+        real, held_out = task.real.draw(self.count, self.seed, self.count_key)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         fake = self.sample_outputs(inputs)["samples"]
         fake_features = self.features(fake)
@@ -269,9 +269,7 @@ class Evaluation:
         """`fid_kid` of a class-conditional task: generated images of the real ones' classes,
         and `fid/<class>`, `kid/<class>` per class on those of that class (None for a class
         with fewer than 4 among the `count`)."""
-        real, labels, held_out = task.reference_images(
-            self.count, self.seed, self.count_key, labels=True
-        )
+        real, labels, held_out = task.real.draw(self.count, self.seed, self.count_key, labels=True)
         inputs, _ = task.sample_inputs(self.count, self.seed)
         inputs["fake_y"] = labels
         fake = self.sample_outputs(inputs)["samples"]
@@ -309,7 +307,7 @@ class Evaluation:
             task = self.task
             most = memo.reference_count(None, self.image_bytes)
             training = task.source_kind.training_pool(task.rngs.seed, most)
-            pool = task.load_pool(self.count)
+            pool = task.real.pool(self.count)
             self._pools = [training, pool] if pool.held_out else [training]
         return self._pools
 
@@ -406,9 +404,9 @@ class Evaluation:
             raise ConfigError(
                 self.features_key,
                 f"{SELFSUP} trains on the task's real images; task {self.task.name!r} has "
-                "none (no reference_images)",
+                "none (no real images)",
             )
-        images, _ = self.task.reference_images(self.count, self.seed, self.count_key)
+        images, _ = self.task.real.draw(self.count, self.seed, self.count_key)
         return load_extractor(spec, self.features_key, images, self.seed)
 
 

@@ -21,7 +21,7 @@ from stagegan.run.reading import evaluate_run, restore_run, reuse_clusters, samp
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
 from stagegan.runfolder.dirs import RunFolder
-from stagegan.training.loop import check_evaluation, train
+from stagegan.training.loop import build_evaluation, train
 from stagegan.training.trainer import Trainer
 
 log = logging.getLogger("stagegan")
@@ -50,8 +50,8 @@ def _start(plan):
             log.info("%s auto: %s (%s)", key, value, why)
     if plan.init_prefix is not None:
         warm_start(trainer, plan.init_prefix)
-    if chief:
-        check_evaluation(trainer)  # before the run folder exists, and the slow trace
+    # before the run folder exists, and the slow trace
+    evaluation = build_evaluation(trainer) if chief else None
     trainer.trace()
     if not chief:
         return worker(trainer, plan.run_dir)
@@ -61,7 +61,7 @@ def _start(plan):
     folder.write(RunFolder.CONFIG, config.to_yaml())
     record_data(trainer, folder)
     log.info("run folder: %s", folder.path)
-    train(trainer, folder.path)
+    train(trainer, folder.path, evaluation=evaluation)
     return folder.path
 
 
@@ -79,14 +79,13 @@ def _resume(plan):
         announce(trainer.placement)
     trainer.trace(from_step=resume.step)
     restore(trainer, resume)
-    if plan.chief:
-        check_evaluation(trainer)  # before the resume changes anything
+    evaluation = build_evaluation(trainer) if plan.chief else None  # before any change
     if not plan.chief:
         return worker(trainer, resume.run_dir)
     lock = RunFolder(resume.run_dir).lock("--resume")  # noqa: F841 - held while training
     commit(resume, log)
     record_data(trainer, RunFolder(resume.run_dir))
-    train(trainer, resume.run_dir)
+    train(trainer, resume.run_dir, evaluation=evaluation)
     return resume.run_dir
 
 

@@ -38,11 +38,10 @@ import tensorflow as tf
 from stagegan.config.schema import format_key_path
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import pack, unpack
-from stagegan.data.sources import ImageSource, decide_channels, reference_pool, source_of
+from stagegan.data.real import RealImages
+from stagegan.data.sources import ImageSource, decide_channels, source_of
 from stagegan.errors import ConfigError, first_line
 from stagegan.runfolder import pictures
-
-MIN_EVAL_IMAGES = 4  # FID, KID and the neighbourhood metrics need this many of each set
 
 # What the memory check (`Task.check_memory`) counts: a parameter as float32 weights, gradient,
 # two Adam slots and an EMA copy; an activation as float32 kept for the backward pass of G and
@@ -125,7 +124,7 @@ class Task:
     staged_input = False
     # Optional capabilities, declared by the tasks that have them (the trainer and the doors
     # read this set; they never probe for members):
-    #   "images":  `reference_images`, `source`, `classes`: real images from `data.source`
+    #   "images":  `real`, `source`, `classes`: real images from `data.source`
     #              (evaluations in image features, `--features selfsup`);
     #   "inputs":  `inputs_for_images`: `sample --input DIR` completes the user's images;
     #   "classes": `class_index`: samples of one asked class (`sample --class`);
@@ -488,7 +487,7 @@ class ImageTask(Task):
 
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
-    _reference = None  # the `Pool` of `reference_images`, once loaded
+    _real = None  # `real`, once made
     channels_decided = None  # with `data.channels: auto`: what decided it (`decide_channels`)
 
     def __init__(self, options, rngs):
@@ -531,70 +530,19 @@ class ImageTask(Task):
         """The class names of labelled data (`data.labels`), or None."""
         return self.source.classes
 
-    def reference_images(self, count, seed, key="count", labels=False):
-        """`count` real images in [-1, 1] for samples and metrics: `(images, held_out)`, or
-        `(images, labels, held_out)` with `labels`.
-
-        Held-out images where the source has a held-out split, else training images; chosen
-        by `seed` alone, without replacement (a folder's unreadable files are passed over).
-
-        Raises:
-            ConfigError: on `key` when the split has fewer than `count` images.
-        """
-        pool = self.reference_pool(count, key)
-        size = count if self.source_kind.streamed else pool.size  # a stream: its
-        rng = np.random.default_rng(seed)  # first `count` images, however many were loaded
-        chosen = rng.choice(size, count, replace=False)
-        images, found = pool.load(chosen)
-        rest = np.setdiff1d(np.arange(size), chosen)
-        while len(images) < count and len(rest):  # unreadable files: choose more
-            more = rng.choice(rest, min(count - len(images), len(rest)), replace=False)
-            rest = np.setdiff1d(rest, more)
-            extra, extra_labels = pool.load(more)
-            images = np.concatenate([images, extra])
-            found = None if found is None else np.concatenate([found, extra_labels])
-        if len(images) < count:
-            raise ConfigError(key, f"asks for {count} real images; only {len(images)} are readable")
-        images = images.astype(np.float32) / 127.5 - 1.0
-        return (images, found, pool.held_out) if labels else (images, pool.held_out)
-
-    def load_pool(self, count):
-        """The `stagegan.data.sources.Pool` that `reference_images` chooses from (for a streamed
-        source, its first `count` images); made once."""
-        cached = self._reference
-        streamed = self.source_kind.streamed
-        if cached is None or (streamed and cached.size < count):
-            cached = self._reference = reference_pool(self.data, self.rngs.seed, count)
-        return cached
-
-    def reference_pool(self, count, key="count"):
-        """`load_pool(count)`, refused (`ConfigError` on `key`) when it has fewer images."""
-        pool = self.load_pool(count)
-        if count > pool.size:
-            split = (
-                f"the held-out split of data.source {self.data['source']} has {pool.size}"
-                if pool.held_out
-                else f"data.source {self.data['source']} has {pool.size}"
-            )
-            raise ConfigError(key, f"asks for {count} real images, but {split}")
-        return pool
+    @property
+    def real(self):
+        """The `stagegan.data.real.RealImages` that samples and metrics compare with."""
+        if self._real is None:
+            self._real = RealImages(self.data, self.rngs.seed)
+        return self._real
 
     def check_eval_count(self, count, key):
-        self.reference_pool(count, key)
+        self.real.checked_pool(count, key)
 
     def default_eval_count(self):
         """`eval_count`, or all the readable real images when there are fewer."""
-        pool = self.load_pool(self.eval_count)
-        if pool.size > self.eval_count:
-            return self.eval_count
-        readable = pool.readable()
-        if pool.held_out and readable < MIN_EVAL_IMAGES and self.data.get("holdout"):
-            raise ConfigError(
-                "data.holdout",
-                f"{readable} of the {pool.size} held-out images can be read; an evaluation "
-                f"needs at least {MIN_EVAL_IMAGES} (hold out more, or replace the broken files)",
-            )
-        return readable
+        return self.real.default_count(self.eval_count)
 
     def real_batch(self, batch_size):
         """`{"x": uint8 images}` (and `"y"`): the trainer stages them on the draw device and

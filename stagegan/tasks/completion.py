@@ -534,7 +534,7 @@ class Completion(ImageTask):
 
     def sample_inputs(self, count, seed, key="--num"):
         """Real images (held out where the source has a split) with holes, fixed by `seed`."""
-        images, held_out = self.reference_images(count, seed, key)
+        images, held_out = self.real.draw(count, seed, key)
         return self.inputs_for_images(images, seed), {"held_out": held_out}
 
     def inputs_for_images(self, images, seed, user_masks=None):

@@ -97,7 +97,10 @@ class Logs:
     last: dict = field(default_factory=dict)
 
 
-def train(trainer, run_dir, stop_after=None, run_name=None):
+AUTO = "auto"  # `train(evaluation=AUTO)`: build the run's evaluation (`build_evaluation`)
+
+
+def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
     """Run the schedule from the trainer's current global step to the end.
 
     Writes into `run_dir`:
@@ -120,6 +123,9 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         stop_after: stop after this many steps (for tests); None runs to the end.
         run_name: the run folder that messages name, when it is not `run_dir` (a non-chief
             multi-worker worker trains into a temporary folder).
+        evaluation: the run's in-training `Evaluation` (`build_evaluation`: the runner builds
+            and checks it before the run folder exists), None for none; by default built
+            here.
 
     Returns:
         The last logged metrics, as floats.
@@ -130,6 +136,8 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         WriteError: a file of the run could not be written (a full disk, permissions).
     """
     store = RunFolder(run_dir).checkpoints(trainer.checkpoint, trainer.config.checkpoint.keep)
+    if evaluation is AUTO:
+        evaluation = build_evaluation(trainer)
     try:
         # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
         # act at once, and a resume starts from the last periodic or stage-end checkpoint.
@@ -143,7 +151,7 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
             )
 
         with StopSignals(enabled=not trainer.multi_worker, expired=expired) as signals:
-            return _loop(trainer, run_dir, store, signals, stop_after)
+            return _loop(trainer, run_dir, store, signals, stop_after, evaluation)
     except GuardStop as e:
         latest = store.latest()
         last = (
@@ -179,16 +187,16 @@ def train(trainer, run_dir, stop_after=None, run_name=None):
         ) from None
 
 
-def _loop(trainer, run_dir, store, signals, stop_after):
+def _loop(trainer, run_dir, store, signals, stop_after, evaluation):
     schedule = trainer.schedule
     start = trainer.step_count
-    conditions = Conditions(schedule, check_evaluation(trainer), trainer.until_state)
+    conditions = Conditions(schedule, evaluation, trainer.until_state)
     logs = Logs(
         began=time.perf_counter(),
         conditions=conditions,
         keeper=BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start),
     )
-    callbacks = make_callbacks(trainer, run_dir, store, signals, start, logs)
+    callbacks = make_callbacks(trainer, run_dir, store, signals, start, logs, evaluation)
     try:
         for position in schedule.positions(start):
             tick = make_tick(schedule, position, resumed=position.global_step == start)
@@ -266,10 +274,9 @@ def make_tick(schedule, position, resumed=False):
     )
 
 
-def make_callbacks(trainer, run_dir, store, signals, start, logs):
+def make_callbacks(trainer, run_dir, store, signals, start, logs, evaluation):
     """The run's callbacks, in the order they run after a step (see the module doc)."""
     config = trainer.config
-    evaluation = check_evaluation(trainer)
     if config.log.tensorboard and start == 0 and not (run_dir / "tensorboard").exists():
         tensorboard_session_start(run_dir / "tensorboard", 0)  # see `resume.commit`
     runlog = RunLog(run_dir, config.log.tensorboard)
@@ -693,30 +700,27 @@ class LossPlots(Callback):
         )
 
 
-def check_evaluation(trainer):
+def build_evaluation(trainer):
     """The run's in-training `Evaluation` (None without `eval` or an `until` plateau), with
-    what it needs loaded:
-    feature extractors that cannot load, or an `eval.count` larger than the real images,
-    fail here, before a run folder exists, not in an hour. Kept on the trainer."""
+    what it needs loaded: feature extractors that cannot load, or an `eval.count` larger
+    than the real images, fail here (the runner calls it before a run folder exists), not
+    in an hour."""
     config = trainer.config
     plateaus = [s.until for s in config.stages if isinstance(s.until, Plateau)]
     if config.eval is None and not plateaus:
         return None
-    evaluation = getattr(trainer, "evaluation", None)
-    if evaluation is None:
-        where = "eval" if config.eval is not None else plateaus[0].key
-        evaluation = Evaluation(
-            trainer,
-            None,
-            count=config.eval.count if config.eval else None,
-            seed=config.seed,
-            features=config.eval.features if config.eval else None,
-            features_key=f"{where}.features",
-            count_key=f"{where}.count",
-            batch_key=f"{where}.batch_size",
-        )
-        evaluation.check()
-        trainer.evaluation = evaluation
+    where = "eval" if config.eval is not None else plateaus[0].key
+    evaluation = Evaluation(
+        trainer,
+        None,
+        count=config.eval.count if config.eval else None,
+        seed=config.seed,
+        features=config.eval.features if config.eval else None,
+        features_key=f"{where}.features",
+        count_key=f"{where}.count",
+        batch_key=f"{where}.batch_size",
+    )
+    evaluation.check()
     return evaluation
 
 
