@@ -356,6 +356,64 @@ def test_a_new_source_is_one_registered_class():
         data.check_options(opts)
 
 
+def test_what_a_source_declares_is_what_the_option_checks_allow_and_say():
+    """Labels, named classes and a holdout split are a source's declared capabilities: a
+    source that declares them is allowed the options, and the errors of the others name it."""
+
+    class Rows(data.Source):
+        names = ("rows",)
+        labels = "a column name"
+        named_classes = True
+        splits = True
+
+    data.register(Rows)
+    try:
+        opts = options(source="rows", size=4, channels=1)
+        data.check_options({**opts, "labels": "y", "classes": ["a", "b"], "holdout": 0.2})
+        with pytest.raises(ConfigError, match="data.clusters: .*source folder only"):
+            data.check_options({**opts, "labels": "y", "clusters": 3})
+        shapes = options(source="shapes", size=4, channels=1)
+        with pytest.raises(ConfigError, match="rows: a column name") as caught:
+            data.check_options({**shapes, "labels": "y"})
+        assert "(folder: 'subfolders' or 'clusters'; npz: an array name; rows" in str(caught.value)
+        with pytest.raises(ConfigError, match="applies to sources folder and rows and tfrecord"):
+            data.check_options({**shapes, "holdout": 0.2})
+        folder = options(source="folder", size=4, channels=1, labels="subfolders")
+        with pytest.raises(ConfigError, match="names the classes of npz or rows or tfrecord"):
+            data.check_options({**folder, "classes": ["a"]})
+    finally:
+        del data.SOURCES["rows"]
+
+
+def test_each_source_is_a_module_of_its_own():
+    """A new source is one new module: every module of the package but `base` registers
+    exactly the sources it defines."""
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module("stagegan.data.sources")
+    found = {}
+    for module in pkgutil.iter_modules(package.__path__):
+        loaded = importlib.import_module(f"stagegan.data.sources.{module.name}")
+        kinds = {
+            k
+            for k in vars(loaded).values()
+            if isinstance(k, type)
+            and k.__module__ == loaded.__name__
+            and issubclass(k, data.Source)
+        }
+        found[module.name] = sorted(n for k in kinds for n in k.names)
+    assert found == {
+        "base": [],
+        "folder": ["folder"],
+        "keras_sets": ["cifar10", "fashion_mnist", "mnist"],
+        "npz": ["npz"],
+        "shapes": ["shapes"],
+        "tfrecord": ["tfrecord"],
+    }
+    assert sorted(data.SOURCES) == sorted(n for names in found.values() for n in names)
+
+
 def test_a_streamed_folder_can_be_read_in_more_traces_than_tf_data_allows_nexts(tmp_path):
     """Each stage step traces its reads without AutoGraph; tf.data refuses a 33rd graph-mode
     `next` on one iterator (a 9-stage progressive run hit it). Forty traces, each its batch."""

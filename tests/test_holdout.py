@@ -8,6 +8,7 @@ from clihelp import assert_user_error, inprocess
 
 from stagegan.data import sources
 from stagegan.data.prepare import prepare
+from stagegan.errors import ConfigError
 
 COUNT = 60  # images, each one grey level: 4 * index (an image is known by its value)
 
@@ -89,7 +90,7 @@ def test_prepares_records_split_as_the_folder_does(folder, tmp_path):
     assert first == sorted(set(range(COUNT)) - set(held))
     assert stream.split["held_out_files"] == len(held)
     assert [int(name[3:6]) for name in sorted(stream.split["files"])] == held
-    with pytest.raises(sources.ConfigError, match="data.holdout: 0.001 holds out none of the 60"):
+    with pytest.raises(ConfigError, match="data.holdout: 0.001 holds out none of the 60"):
         sources.ImageSource({**records, "holdout": 0.001}, seed=1, batch_size=4)
 
 
@@ -138,7 +139,7 @@ def test_records_without_names_are_refused(tmp_path):
     example = tf.train.Example(features=tf.train.Features(feature=feature))
     with tf.io.TFRecordWriter(str(path)) as writer:
         writer.write(example.SerializeToString())
-    with pytest.raises(sources.ConfigError, match="data.holdout: splits records by their file"):
+    with pytest.raises(ConfigError, match="data.holdout: splits records by their file"):
         sources.tfrecord_files(options(path, source="tfrecord"))
 
 
@@ -154,5 +155,5 @@ def test_evals_default_count_passes_over_an_unreadable_held_out_file(tmp_path):
     for name in held[1:]:  # no held-out image left to evaluate on
         (folder / f"img{name:03d}.png").write_bytes(b"not a png")
     task = Unconditional({"data": options(folder, size=32)}, RandomStreams(0))
-    with pytest.raises(sources.ConfigError, match=f"data.holdout: 0 of the {len(held)} held-out"):
+    with pytest.raises(ConfigError, match=f"data.holdout: 0 of the {len(held)} held-out"):
         task.default_eval_count()

@@ -34,6 +34,7 @@ import yaml
 
 from stagegan.config.memory import check_image_memory
 from stagegan.config.schema import ConfigDumper
+from stagegan.data.records import IMAGE_FEATURE, LABEL_FEATURE, NAME_FEATURE
 from stagegan.errors import ConfigError, Interrupted, WriteError, shown
 from stagegan.runfolder.dirs import check_new_folder
 from stagegan.runfolder.logs import BAR_INTERVAL, format_duration
@@ -41,7 +42,6 @@ from stagegan.runfolder.logs import BAR_INTERVAL, format_duration
 log = logging.getLogger("stagegan")
 
 SHARD_SIZE = 2000  # images per shard: 2,000 64 px PNGs are about 20 MB
-IMAGE_FEATURE, LABEL_FEATURE, NAME_FEATURE = "image", "label", "name"
 ORDER_SEED = 0
 DECODE_BYTES = 64 << 20  # decoded pixels held at a time: memory does not grow with the folder
 
