@@ -10,6 +10,7 @@ bit-identical to the uninterrupted one.
 
 import copy
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -158,10 +159,28 @@ def test_one_rule_decides_better_for_keep_best_and_plateaus():
     assert improves(2.9, 3.0, "min") and not improves(3.0, 3.0, "min")  # ties do not
     assert improves(3.1, 3.0, "max") and not improves(2.9, 3.0, "max")
     assert not improves(2.6, 3.0, "min", min_delta=0.5) and improves(2.4, 3.0, "min", 0.5)
-    assert [reading({"fid": v}, "fid") for v in (2, 2.5, True, None, "x")] == [
-        2.0, 2.5, None, None, None,
+    assert [reading({"fid": v}, "fid") for v in (2, 2.5, True, None, "x", float("nan"))] == [
+        2.0, 2.5, None, None, None, None,
     ]  # fmt: skip
     assert reading({}, "fid") is None
+    with pytest.raises(ValueError, match="'auto'"):  # resolved when the run is built
+        improves(1.0, 2.0, "auto")
+
+
+def test_keep_best_and_a_plateau_warn_alike_of_an_evaluation_without_the_value(caplog):
+    """The one monitor reads for both: NaN, None or a missing name count for neither, with
+    the same warning naming who watches, the step and the metric."""
+    from stagegan.core.monitor import Monitor
+
+    with caplog.at_level(logging.WARNING, logger="stagegan"):
+        for who in ("checkpoint.keep_best", "stages[1].until"):
+            monitor = Monitor("fid", "min", who=who)
+            assert monitor.read({"fid": float("nan")}, 40) is None
+            assert monitor.read({"fid": 3}, 42) == 3.0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{who}: the evaluation at step 40 has no value for fid; it neither improves nor counts"
+        for who in ("checkpoint.keep_best", "stages[1].until")
+    ]
 
 
 def test_plan_shows_keep_best_and_the_rollback():

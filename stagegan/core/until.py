@@ -29,7 +29,7 @@ import logging
 import math
 
 from stagegan.config.schema import Plateau, Threshold
-from stagegan.core.monitor import improves, reading
+from stagegan.core.monitor import Monitor
 from stagegan.errors import ConfigError
 
 AUGMENT_METRICS = ("augment/p", "augment/rt")  # logged by every stage that augments
@@ -105,7 +105,7 @@ class Conditions:
                 reason = self._threshold(until)
             elif stage_steps >= until.min_steps:
                 tick.evaluation = self.evaluation.run()
-                reason = self._plateau(until, tick.evaluation["metrics"])
+                reason = self._plateau(until, tick.evaluation["metrics"], tick.done)
             if stage_steps < until.min_steps:
                 reason = None
         return reason
@@ -123,17 +123,14 @@ class Conditions:
             return f"until {bound}: mean {mean:.4g} over {count} steps"
         return None
 
-    def _plateau(self, until, values):
-        value = reading(values, until.eval)
+    def _plateau(self, until, values, step):
+        # Undefined at this step (mog2d's reverse_kl without any high-quality point): this
+        # check neither improves nor counts.
+        monitor = Monitor(until.eval, until.mode, until.min_delta, who=until.key)
+        value = monitor.read(values, step)
         if value is None:
-            # Undefined at this step (mog2d's reverse_kl without any high-quality point):
-            # this check neither improves nor counts.
-            log.warning(
-                "until: the evaluation has no value for %s at this check; not counted",
-                until.eval,
-            )
             return None
-        if improves(value, self.best, until.mode, until.min_delta):
+        if monitor.improves(value, self.best):
             self.best, self.bad = value, 0
             return None
         self.bad += 1

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.config.schema import Plateau
-from stagegan.core.monitor import improves, reading
+from stagegan.core.monitor import Monitor
 from stagegan.core.until import Conditions
 from stagegan.errors import (
     ConfigError,
@@ -559,6 +559,7 @@ class BestKeeper:
 
     def __init__(self, spec, value=None, step=None):
         self.spec, self.value, self.step = spec, value, step
+        self.monitor = Monitor(spec.metric, spec.mode, who="checkpoint.keep_best")
 
     @classmethod
     def resume(cls, spec, store, start):
@@ -595,15 +596,10 @@ class BestKeeper:
     def consider(self, step, values):
         """Whether the evaluation `values` of global step `step` is the best so far (ties go
         to the earlier step); records it when it is."""
-        value = reading(values, self.spec.metric)
-        if value is None or math.isnan(value):
-            log.warning(
-                "checkpoint.keep_best: the evaluation at step %d has no value for %s; not ranked",
-                step,
-                self.spec.metric,
-            )
+        value = self.monitor.read(values, step)
+        if value is None:
             return False
-        if not improves(value, self.value, self.spec.mode):
+        if not self.monitor.improves(value, self.value):
             return False
         self.value, self.step = value, step
         return True
