@@ -16,7 +16,8 @@ held-out inputs) next to the runs.
 
 The last line is `adversarial ablation: <metric> <with> vs <without>` on the task's realism
 metric (completion and unconditional: `fid`, the Fréchet distance in the features `eval`
-uses; mog2d: `reverse_kl`), lower is better.
+uses; mog2d: `reverse_kl`), with the direction the metric declares
+(`stagegan.evaluation.registry`).
 """
 
 import argparse
@@ -110,6 +111,7 @@ def main():
 
     from stagegan.config.schema import load_config
     from stagegan.errors import ConfigError
+    from stagegan.evaluation import registry
     from stagegan.tasks import BUILTIN, load_object
 
     overrides = list(args.set) + ([f"seed={args.seed}"] if args.seed is not None else [])
@@ -153,7 +155,8 @@ def main():
         raise SystemExit(f"ablation.py: eval reported no {metric!r} for this config")
     # n/a: undefined for that run (mog2d's reverse KL without a single high-quality sample).
     values = (format_value(with_[metric]), format_value(without[metric]))
-    print(f"adversarial ablation: {metric} {values[0]} vs {values[1]}")
+    better = {"min": "lower", "max": "higher"}.get(registry.lookup(metric).mode, "no direction")
+    print(f"adversarial ablation: {metric} {values[0]} vs {values[1]} ({better} is better)")
 
 
 if __name__ == "__main__":

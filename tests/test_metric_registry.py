@@ -118,6 +118,10 @@ def test_the_plan_says_which_way_auto_resolved(run):
     assert result.returncode == 0, result.stderr
     assert "keep best: the checkpoint of the highest eval toy_darkness" in result.stdout
     assert "eval toy_darkness (higher is better)" in result.stdout
+    assert (
+        "evaluation: every 2 steps and at stage ends; at the until checks of 'joint'; 64 "
+        "samples: gap, toy_darkness (higher is better)"
+    ) in result.stdout
 
 
 @pytest.mark.parametrize(

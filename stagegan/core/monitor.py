@@ -57,8 +57,7 @@ class Monitor:
         value = reading(values, self.metric)
         if value is None:
             log.warning(
-                "%s: the evaluation at step %d has no value for %s; it neither improves nor "
-                "counts",
+                "%s: the evaluation at step %d has no value for %s; it neither improves nor counts",
                 self.who,
                 step,
                 self.metric,

@@ -101,6 +101,13 @@ def lookup(name):
     return None
 
 
+def better(name):
+    """ "lower is better", "higher is better", or "" (no declared direction) for `name`."""
+    metric = lookup(name)
+    mode = metric.mode if metric is not None else None
+    return {"min": "lower is better", "max": "higher is better"}.get(mode, "")
+
+
 def resolve_mode(name, mode, key):
     """`mode` ("min" or "max"), or with "auto" the declared direction of `name`.
 

@@ -1,10 +1,12 @@
 """`stagegan plan`: what each stage and update will train, shown before training."""
 
+from stagegan.config.schema import Plateau
 from stagegan.core.optimizers import describe
 from stagegan.core.precision import loss_scaled, policy_of
 from stagegan.core.until import never_checked
 from stagegan.core.variables import count_parameters, scope_of
 from stagegan.data.sources import tfrecord_label_counts
+from stagegan.evaluation import registry
 
 
 def describe_checkpoints(config):
@@ -17,6 +19,26 @@ def describe_checkpoints(config):
         step = "newest" if config.init.checkpoint is None else f"step {config.init.checkpoint}"
         lines.append(f"warm start: {which} from {config.init.run} (checkpoint: {step})")
     return lines
+
+
+def describe_evaluation(trainer):
+    """The plan's line on the run's evaluations: when, on how many samples, and each metric
+    with the way it is better (`stagegan.evaluation.registry`)."""
+    config, task = trainer.config, trainer.task
+    plateaus = [s.name for s in config.stages if isinstance(s.until, Plateau)]
+    if config.eval is None and not plateaus:
+        return []
+    when = []
+    if config.eval is not None:
+        every = config.eval.every
+        when.append(f"every {every} steps and at stage ends" if every else "at stage ends")
+    when += [f"at the until checks of {', '.join(repr(n) for n in plateaus)}"] if plateaus else []
+    count = config.eval.count if config.eval is not None else None
+    samples = f"{count} samples" if count else f"the task's {task.eval_count} samples"
+    added = [m.name for m in trainer.added_metrics]
+    names = [n for n in task.eval_metrics or () if n not in added] + added
+    shown = ", ".join(f"{n} ({registry.better(n)})" if registry.better(n) else n for n in names)
+    return [f"evaluation: {'; '.join(when)}; {samples}: {shown or 'as the task computes'}"]
 
 
 def describe_networks(task, scopes):
@@ -61,6 +83,7 @@ def describe_plan(trainer):
         ),
     ]
     lines += describe_checkpoints(config)
+    lines += describe_evaluation(trainer)
     scopes = {}
     for variable in trainer.variables:
         scopes.setdefault(scope_of(variable), []).append(variable)

@@ -101,7 +101,7 @@ class Completion(ImageTask):
         "d_adversarial": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "fid"  # lower is better
+    realism_metric = "fid"  # its direction: stagegan.evaluation.registry
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": {

@@ -72,7 +72,7 @@ class Mog2D(Task):
         "d_loss": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "reverse_kl"  # lower is better
+    realism_metric = "reverse_kl"  # its direction: stagegan.evaluation.registry
     defaults = {
         "data": {"layout": "ring", "std": None},
         "model": {

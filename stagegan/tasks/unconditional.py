@@ -55,7 +55,7 @@ class Unconditional(ImageTask):
         "d_loss": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "fid"  # lower is better
+    realism_metric = "fid"  # its direction: stagegan.evaluation.registry
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": dict(DATA_DEFAULTS),
