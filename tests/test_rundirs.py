@@ -1,10 +1,10 @@
-"""The one atomic write of the run folder's files (`stagegan.runfolder.dirs.atomic_write`)."""
+"""The one atomic write of the run folder's files (`stagegan.runfolder.atomic.atomic_write`)."""
 
 import os
 
 import pytest
 
-from stagegan.runfolder.dirs import atomic_write
+from stagegan.runfolder.atomic import atomic_write
 
 
 def test_a_reader_sees_the_old_file_or_the_whole_new_one(tmp_path):

@@ -32,7 +32,8 @@ from stagegan.core.until import stage_ends
 from stagegan.core.variables import slug
 from stagegan.errors import ConfigError, first_line
 from stagegan.run.reading import pick_checkpoint, run_config
-from stagegan.runfolder.dirs import RunFolder, atomic_write
+from stagegan.runfolder.atomic import atomic_write
+from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.logs import append_jsonl, tensorboard_session_start
 from stagegan.runfolder.samples import INPUTS, read_inputs
 

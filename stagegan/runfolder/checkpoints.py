@@ -23,7 +23,7 @@ from pathlib import Path
 
 from stagegan.config.files import read_text
 from stagegan.errors import WriteError
-from stagegan.runfolder.dirs import atomic_write
+from stagegan.runfolder.atomic import atomic_write
 
 INDEX = "index.json"
 SUPERSEDED = "superseded"

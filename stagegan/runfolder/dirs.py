@@ -1,11 +1,11 @@
 """Run folders: auto-numbered under `runs/`, never overwritten (`check_new_folder` guards
 `prepare`'s output folder the same way)."""
 
-import contextlib
 import re
 from pathlib import Path
 
 from stagegan.errors import ConfigError
+from stagegan.runfolder.atomic import atomic_write
 
 _NUMBERED = re.compile(r"^(\d{5})-")
 
@@ -96,37 +96,6 @@ def lock_run_dir(path, key="--run-dir"):
     lock.write(str(os.getpid()))
     lock.flush()
     return lock
-
-
-def atomic_write(path, data, durable=False):
-    """Write `data` (bytes, str, or a callable that writes to the path it is given) to `path`
-    so that a reader sees the old file or the whole new one, never half of it: into
-    `path.tmp` first, then renamed over `path`. `durable` also flushes the file to disk before
-    the rename (what an index that names checkpoints needs to survive a power cut). On an
-    error the temporary file is removed and the error raised.
-    """
-    import os
-
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        if callable(data):
-            data(tmp)
-        else:
-            with open(
-                tmp,
-                "wb" if isinstance(data, bytes) else "w",
-                encoding=None if isinstance(data, bytes) else "utf-8",
-            ) as f:
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # the original error is the one to report
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 class RunFolder:

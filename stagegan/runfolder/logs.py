@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from stagegan.runfolder.dirs import RunFolder, atomic_write
+from stagegan.runfolder.atomic import atomic_write
+from stagegan.runfolder.dirs import RunFolder
 
 log = logging.getLogger("stagegan")
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from stagegan.runfolder.dirs import atomic_write
+from stagegan.runfolder.atomic import atomic_write
 
 GAP = 2  # pixels between tiles
 MIN_TILE = 64  # small images are enlarged (nearest neighbour) to at least this side
