@@ -32,7 +32,7 @@ import os
 import sys
 from pathlib import Path
 
-from stagegan.config.objects import register_objects
+from stagegan.config.objects import find_user_modules, register_objects
 from stagegan.config.schema import (
     RunConfig,
     apply_overrides,
@@ -191,12 +191,8 @@ def load(config=None, overrides=()):
         if found is None:
             raise ConfigError("config", f"no such file or preset: {name!r}")
         raw = read_yaml(found, "config")
-        if os.path.isfile(name):
-            folder = os.path.dirname(os.path.abspath(name))
-            if folder not in sys.path:  # its `module:function` names, as the CLI finds them
-                sys.path.insert(0, folder)
-    if os.getcwd() not in sys.path:  # custom tasks and networks, as the CLI finds them
-        sys.path.insert(0, os.getcwd())
+    # its `module:function` names, as the CLI finds them
+    find_user_modules(os.fspath(config) if isinstance(config, str | os.PathLike) else None)
     return parse_config(apply_overrides(raw, overrides))
 
 

@@ -12,6 +12,7 @@ import re
 import sys
 
 from stagegan.config.memory import check_memory, format_count
+from stagegan.config.objects import find_user_modules
 from stagegan.config.schema import check_batch_divides, check_seed, load_config
 from stagegan.data import prepare
 from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError, out_of_memory
@@ -372,12 +373,7 @@ def load(args):
     """The validated config of `args`, with the config file's folder and the working directory
     on the import path, so a config can name `module:function` from either."""
     config = load_config(args.config, args.set)
-    folders = [os.getcwd()]
-    if args.config and os.path.isfile(args.config):
-        folders.insert(0, os.path.dirname(os.path.abspath(args.config)))
-    for folder in reversed(folders):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    find_user_modules(args.config)
     return config
 
 

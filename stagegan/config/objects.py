@@ -4,6 +4,8 @@ was given in their place (`register_objects`). TF-free."""
 
 import importlib
 import logging
+import os
+import sys
 
 from stagegan.errors import ConfigError, StageganError, first_line, out_of_memory
 
@@ -42,6 +44,19 @@ def register_objects(value):
         )
     REGISTERED[reference] = value
     return reference
+
+
+def find_user_modules(config_path=None):
+    """Put where a config's `package.module:function` names are found on the import path:
+    the config file's folder (when the config is a file) ahead of the working directory. The
+    one place that decides it, for every door (`train`, `plan`, a resume, `sample`, `eval`,
+    the API)."""
+    folders = [os.getcwd()]
+    if config_path is not None and os.path.isfile(config_path):
+        folders.insert(0, os.path.dirname(os.path.abspath(config_path)))
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
 
 
 def importable(module, qualname):

@@ -11,13 +11,13 @@ import contextlib
 import dataclasses
 import datetime
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from stagegan.config.files import read_text
+from stagegan.config.objects import find_user_modules
 from stagegan.config.schema import apply_overrides, chunk_size, parse_config, read_yaml
 from stagegan.core import latents
 from stagegan.core.until import stage_ends
@@ -232,8 +232,7 @@ def restore_run(run_dir, checkpoint=None):
         config.devices, towers=1, variables="auto", strategy="towers", jit=False
     )
     config = dataclasses.replace(config, devices=one)
-    if os.getcwd() not in sys.path:  # custom tasks and networks, as in `train`
-        sys.path.insert(0, os.getcwd())
+    find_user_modules()  # custom tasks and networks, as in `train`
     import tensorflow as tf
 
     for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU

@@ -8,13 +8,12 @@ Importing this module imports TensorFlow (the CLI silences its native log lines 
 import dataclasses
 import json
 import logging
-import os
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from stagegan.config.objects import find_user_modules
 from stagegan.data.sources import forget_clusters
 from stagegan.run.planning import describe_budget, describe_plan
 from stagegan.run.reading import evaluate_run, restore_run, reuse_clusters, sample_arrays
@@ -71,8 +70,7 @@ def _resume(plan):
     if plan.finished:
         log.info("%s already finished at step %d; nothing to do", resume.run_dir, resume.step)
         return resume.run_dir
-    if os.getcwd() not in sys.path:  # custom tasks and networks, as in a fresh `train`
-        sys.path.insert(0, os.getcwd())
+    find_user_modules()  # custom tasks and networks, as in a fresh `train`
     reuse_clusters(resume.run_dir, resume.config.data, "--resume")
     trainer = Trainer(resume.config, resume.ends, resume.until)
     if plan.chief:
