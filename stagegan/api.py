@@ -38,9 +38,8 @@ from stagegan.config.schema import (
     apply_overrides,
     check_nesting,
     check_seed,
-    find_yaml,
+    load_config,
     parse_config,
-    read_yaml,
 )
 from stagegan.errors import ConfigError, StageganError, out_of_memory
 from stagegan.run.reading import check_walk, checkpoint_entries, run_config
@@ -186,13 +185,10 @@ def load(config=None, overrides=()):
     else:
         what = "a preset name, a YAML path, a dict, a RunConfig or None"
         _check_type(config, (str, os.PathLike, type(None)), "config", what)
-        name = "default" if config is None else os.fspath(config)
-        found = find_yaml("configs", name)
-        if found is None:
-            raise ConfigError("config", f"no such file or preset: {name!r}")
-        raw = read_yaml(found, "config")
-    # its `module:function` names, as the CLI finds them
-    find_user_modules(os.fspath(config) if isinstance(config, str | os.PathLike) else None)
+        path = None if config is None else os.fspath(config)
+        find_user_modules(path)  # its `module:function` names, as the CLI finds them
+        return load_config(path, overrides, key="config")
+    find_user_modules()
     return parse_config(apply_overrides(raw, overrides))
 
 

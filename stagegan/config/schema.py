@@ -817,12 +817,14 @@ def read_yaml(path, key):
     return data
 
 
-def load_config(path=None, overrides=()):
-    """Load, override and validate a run config.
+def load_config(path=None, overrides=(), key="--config"):
+    """Load, override and validate a run config: the one way from a file or a preset name to
+    a `RunConfig` (the CLI's `--config`, the API's `config`).
 
     Args:
         path: a YAML file, a preset name from `configs/`, or None for `configs/default.yaml`.
         overrides: `key.path=value` strings (values parsed as YAML), applied in order.
+        key: what named `path` (for errors).
 
     Returns:
         A `RunConfig`.
@@ -834,10 +836,10 @@ def load_config(path=None, overrides=()):
     found = find_yaml("configs", name)
     if found is None:
         raise ConfigError(
-            "--config",
+            key,
             f"no such file or preset: {name!r} (presets: {', '.join(builtin_names('configs'))})",
         )
-    raw = read_yaml(found, "--config")
+    raw = read_yaml(found, key)
     raw = apply_overrides(raw, overrides)
     return parse_config(raw)
 
