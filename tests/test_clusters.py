@@ -215,13 +215,13 @@ def test_a_run_keeps_its_clusters_when_its_folder_changes(folder, tmp_path):
     assert record["unreadable"] == ["broken.png"]
     # As a new process would: nothing cached. The folder as trained (its unreadable file
     # included) is not "changed"; then a light image added, a dark one gone.
-    sources.CLUSTERED.clear(), sources.RECORDED.clear()
+    sources.CLUSTERED.clear()
     warnings = Warnings()
     with warnings:
         restore_run(run)
     changed = lambda: [line for line in warnings.lines if "changed since" in line]
     assert changed() == []
-    sources.CLUSTERED.clear(), sources.RECORDED.clear()
+    sources.CLUSTERED.clear()
     dark = images / record["files"][0]
     (images / "zz-new.png").write_bytes(dark.read_bytes())
     dark.unlink()
@@ -230,6 +230,11 @@ def test_a_run_keeps_its_clusters_when_its_folder_changes(folder, tmp_path):
     assert trainer.task.classes == ["cluster00", "cluster01", "cluster02"]
     assert trainer.task.source.class_counts.tolist() == [11, 10, 8]
     assert len(changed()) == 1 and "(1 new files left out, 1 gone)" in changed()[0]
+    # The record is the restored run's alone (passed to its source, not kept by the process):
+    # a new run on the same folder after it clusters what is there now, the new file too.
+    fresh = list_folder(options(images, labels="clusters", clusters=3))
+    assert str(images / "zz-new.png") in fresh.files
+    assert not any(f.endswith("zz-new.png") for f in trainer.task.source_kind.listings()[0].files)
     (run / "clusters.json").write_text('{"data": {"path": 1}')
     bad = inprocess("sample", "--run", run, "--num", "2", "--output", tmp_path / "s.npy")
     assert bad.returncode == 2 and not (tmp_path / "s.npy").exists()
@@ -255,10 +260,10 @@ def test_a_run_keeps_its_clusters_when_its_folder_changes(folder, tmp_path):
     ],
 )
 def test_a_record_that_is_not_a_run_s_own_is_refused(tmp_path, change, words):
-    from stagegan.data.sources import remember_clusters
+    from stagegan.data.sources import recorded_clusters
 
     data = {"path": str(tmp_path), "size": 16, "channels": 1, "clusters": 3}
     record = {"data": data, "files": ["a.png", "b.png", "c.png"], "labels": [0, 1, 1]}
-    remember_clusters(record, data)  # the run's own
+    assert recorded_clusters(record, data).labels == {"a.png": 0, "b.png": 1, "c.png": 1}
     with pytest.raises(ValueError, match=words):
-        remember_clusters({**record, **change}, data)
+        recorded_clusters({**record, **change}, data)

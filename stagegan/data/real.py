@@ -16,23 +16,23 @@ MIN_EVAL_IMAGES = 4  # FID, KID and the neighbourhood metrics need this many of 
 
 class RealImages:
     """The real images of `options` (a task's `data`), with the run's `seed` (a folder's
-    split, clusters)."""
+    split, clusters) and its recorded clusters (`recorded`, or None)."""
 
-    def __init__(self, options, seed):
-        self.options, self.seed = options, seed
+    def __init__(self, options, seed, recorded=None):
+        self.options, self.seed, self.recorded = options, seed, recorded
         self._pool = None
 
     @property
     def kind(self):
         """The `stagegan.data.sources.Source` of `data.source`."""
-        return source_of(self.options)
+        return source_of(self.options, self.recorded)
 
     def pool(self, count):
         """The `stagegan.data.sources.Pool` that `draw` chooses from (of a streamed source,
         its first `count` images); made once (again for a stream asked for more)."""
         cached = self._pool
         if cached is None or (self.kind.streamed and cached.size < count):
-            cached = self._pool = reference_pool(self.options, self.seed, count)
+            cached = self._pool = reference_pool(self.options, self.seed, count, self.recorded)
         return cached
 
     def checked_pool(self, count, key="count"):

@@ -193,21 +193,19 @@ def check_run(run_dir, checkpoint=None):
     return find_checkpoint(run_dir, checkpoint)
 
 
-def reuse_clusters(run_dir, data=None, key="--run"):
-    """Have the data layer reuse the clusters that the run in `run_dir` found (its
-    `clusters.json`, written by runs on `data.labels: clusters`), if it has them; `data`:
-    the run's data options, which the record must match. Clusters this process read for
-    other runs are forgotten either way."""
+def read_clusters(run_dir, data=None, key="--run"):
+    """The clusters the run in `run_dir` found (`data.sources.RecordedClusters`, from its
+    `clusters.json`, written by runs on `data.labels: clusters`), for its `Trainer`; None when
+    it has none. `data`: the run's data options, which the record must match."""
     import json
 
-    from stagegan.data.sources import forget_clusters, remember_clusters
+    from stagegan.data.sources import recorded_clusters
 
-    forget_clusters()
     path = RunFolder(run_dir).path / RunFolder.CLUSTERS
     if not os.path.lexists(path):
-        return
+        return None
     try:
-        remember_clusters(json.loads(read_text(path, key, what="clusters record")), data)
+        return recorded_clusters(json.loads(read_text(path, key, what="clusters record")), data)
     except ConfigError as e:
         raise ConfigError(key, f"cannot read the run's clusters: {e.message}") from None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
@@ -238,8 +236,8 @@ def restore_run(run_dir, checkpoint=None):
     for gpu in tf.config.list_physical_devices("GPU"):  # beside a training run on that GPU
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised
             tf.config.experimental.set_memory_growth(gpu, True)
-    reuse_clusters(run_dir, config.data)
-    trainer = Trainer(config, stage_ends(config.stages, entry))
+    recorded = read_clusters(run_dir, config.data)
+    trainer = Trainer(config, stage_ends(config.stages, entry), recorded_clusters=recorded)
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()
     return trainer, path

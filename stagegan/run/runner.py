@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from stagegan.config.objects import find_user_modules
-from stagegan.data.sources import forget_clusters
 from stagegan.run.planning import describe_budget, describe_plan
-from stagegan.run.reading import evaluate_run, restore_run, reuse_clusters, sample_arrays
+from stagegan.run.reading import evaluate_run, read_clusters, restore_run, sample_arrays
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
 from stagegan.runfolder.dirs import RunFolder
@@ -41,8 +40,7 @@ def _start(plan):
     config, chief = plan.config, plan.chief
     for warning in plan.warnings():
         log.warning("warning: %s", warning)
-    forget_clusters()
-    trainer = Trainer(config)
+    trainer = Trainer(config)  # a new run finds its own clusters
     if chief:
         announce(trainer.placement)
         for key, value, why in trainer.task.decided_options():
@@ -71,8 +69,8 @@ def _resume(plan):
         log.info("%s already finished at step %d; nothing to do", resume.run_dir, resume.step)
         return resume.run_dir
     find_user_modules()  # custom tasks and networks, as in a fresh `train`
-    reuse_clusters(resume.run_dir, resume.config.data, "--resume")
-    trainer = Trainer(resume.config, resume.ends, resume.until)
+    recorded = read_clusters(resume.run_dir, resume.config.data, "--resume")
+    trainer = Trainer(resume.config, resume.ends, resume.until, recorded_clusters=recorded)
     if plan.chief:
         announce(trainer.placement)
     trainer.trace(from_step=resume.step)
@@ -144,11 +142,8 @@ def describe(config, run_dir=None, budget=None):
     level = log.level
     log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
     try:
-        if run_dir is None:
-            forget_clusters()
-        else:
-            reuse_clusters(run_dir, config.data)
-        trainer = Trainer(config)
+        recorded = None if run_dir is None else read_clusters(run_dir, config.data)
+        trainer = Trainer(config, recorded_clusters=recorded)
         trainer.trace()
     finally:
         log.setLevel(level)

@@ -488,6 +488,7 @@ class ImageTask(Task):
     staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
     capabilities = frozenset({"images"})
     _real = None  # `real`, once made
+    recorded_clusters = None  # the run's own clusters (a resume, sample, eval; the trainer's)
     channels_decided = None  # with `data.channels: auto`: what decided it (`decide_channels`)
 
     def __init__(self, options, rngs):
@@ -517,13 +518,18 @@ class ImageTask(Task):
 
     def build_source(self):
         self.source = ImageSource(
-            self.data, self.rngs.seed, self.batch_size, self.host, self.reader
+            self.data,
+            self.rngs.seed,
+            self.batch_size,
+            self.host,
+            self.reader,
+            self.recorded_clusters,
         )
 
     @property
     def source_kind(self):
         """The `stagegan.data.sources.Source` of `data.source`."""
-        return source_of(self.data)
+        return source_of(self.data, self.recorded_clusters)
 
     @property
     def classes(self):
@@ -534,7 +540,7 @@ class ImageTask(Task):
     def real(self):
         """The `stagegan.data.real.RealImages` that samples and metrics compare with."""
         if self._real is None:
-            self._real = RealImages(self.data, self.rngs.seed)
+            self._real = RealImages(self.data, self.rngs.seed, self.recorded_clusters)
         return self._real
 
     def check_eval_count(self, count, key):

@@ -69,6 +69,8 @@ class Trainer:
         config: a `config.RunConfig`.
         ends: `{stage index: steps run}` of stages that ended on their `until` (a resume).
         until_state: the `until` checks' state at the checkpoint resumed from.
+        recorded_clusters: the clusters the run found before (`data.labels: clusters`; read
+            from its folder by `run.reading.read_clusters`), or None: a new run finds its own.
 
     Raises:
         ConfigError: an unknown task or loss term, a pattern that matches nothing, bad
@@ -76,7 +78,7 @@ class Trainer:
             simultaneous stage.
     """
 
-    def __init__(self, config, ends=None, until_state=None):
+    def __init__(self, config, ends=None, until_state=None, recorded_clusters=None):
         self.config = config
         self.until_state = until_state
         if config.deterministic:
@@ -85,7 +87,7 @@ class Trainer:
         self.multi_worker = config.devices.strategy == "multi_worker"
         self.in_flight = 0  # steps scheduled on workers and not waited for
         keras.utils.set_random_seed(config.seed)
-        model = build_model(config, self.placement)
+        model = build_model(config, self.placement, recorded_clusters)
         self.task, self.rngs, self.networks = model.task, model.rngs, model.networks
         self.variables, self.global_step = list(model.variables), model.global_step
         # every `mode: auto` resolved from its metric's declaration; what evaluations add
@@ -304,7 +306,7 @@ def converted(method):
     return lambda *args, **kwargs: graph_function(owner, *args, **kwargs)
 
 
-def build_model(config, placement):
+def build_model(config, placement, recorded_clusters=None):
     """The task and its networks, on the variable device, under the placement's scope."""
     with tf.device(placement.variables):
         rngs = RandomStreams(config.seed)
@@ -312,6 +314,8 @@ def build_model(config, placement):
         task = make_task(config.task, options, rngs)
         task.check_stages(config.stages)
         task.batch_size = config.batch_size
+        if recorded_clusters is not None:  # an image task on data.labels: clusters
+            task.recorded_clusters = recorded_clusters
         if placement.coordinator is not None:  # the chief reads the data (and checkpoints
             task.host = task.reader = CHIEF_DEVICE  # a stream's position there)
         task.check_shard(config.batch_size, placement.replicas)

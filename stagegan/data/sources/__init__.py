@@ -51,10 +51,9 @@ from stagegan.data.sources.base import (
 )
 from stagegan.data.sources.folder import (
     CLUSTERED,
-    RECORDED,
-    forget_clusters,
+    RecordedClusters,
     list_folder,
-    remember_clusters,
+    recorded_clusters,
     split_listing,
 )
 from stagegan.data.sources.shapes import draw_shapes
@@ -71,7 +70,7 @@ __all__ = [
     "DEFAULTS",
     "IMAGE_SUFFIXES",
     "PEEK_IMAGES",
-    "RECORDED",
+    "RecordedClusters",
     "SOURCES",
     "ImageSource",
     "Pool",
@@ -81,7 +80,6 @@ __all__ = [
     "decide_channels",
     "decode_files",
     "draw_shapes",
-    "forget_clusters",
     "has_held_out",
     "held_out_mask",
     "list_folder",
@@ -90,7 +88,7 @@ __all__ = [
     "reference_pool",
     "register",
     "relative_name",
-    "remember_clusters",
+    "recorded_clusters",
     "source_of",
     "split_listing",
     "take_stream_images",
@@ -122,11 +120,11 @@ def has_held_out(source):
     return SOURCES[source].held_out
 
 
-def reference_pool(options, seed, count):
+def reference_pool(options, seed, count, recorded=None):
     """The `Pool` behind `stagegan.data.real.RealImages`: the held-out split where the source
     has one; a folder's files (decoded when chosen, so memory does not grow with the folder);
-    a stream's first `count` images."""
-    return source_of(options).pool(seed, count)
+    a stream's first `count` images. `recorded`: the run's own clusters, or None."""
+    return source_of(options, recorded).pool(seed, count)
 
 
 def check_options(options):
@@ -248,16 +246,18 @@ class ImageSource:
         host: the host CPU device that holds an in-memory set and gathers its batches.
         reader: None, or the device that holds a stream's iterator (made in the caller's
             device scope otherwise): a `parameter_server` run reads on its chief.
+        recorded: the clusters the run found before (`RecordedClusters`: a resume, `sample`,
+            `eval`), or None: a new run finds its own.
     """
 
-    def __init__(self, options, seed, batch_size, host="/CPU:0", reader=None):
+    def __init__(self, options, seed, batch_size, host="/CPU:0", reader=None, recorded=None):
         check_options(options)
         self.options, self.host = options, host
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         self.clusters = None  # `clusters_record` of `data.labels: clusters`
         self.split = None  # the `check_split` record of `data.holdout`
-        self.kind = source_of(options)
+        self.kind = source_of(options, recorded)
         with contextlib.nullcontext() if reader is None else tf.device(reader):
             self.kind.open(self, seed, batch_size)
 

@@ -421,9 +421,10 @@ def register(cls):
     return cls
 
 
-def source_of(options):
-    """The `Source` of a data section (`options["source"]` must be registered)."""
-    return SOURCES[options["source"]](options)
+def source_of(options, recorded=None):
+    """The `Source` of a data section (`options["source"]` must be registered); `recorded`:
+    the run's own clusters (`folder.RecordedClusters`), or None."""
+    return SOURCES[options["source"]](options, recorded)
 
 
 class Source:
@@ -453,8 +454,8 @@ class Source:
     cached = False
     features = "inception"
 
-    def __init__(self, options):
-        self.options = options
+    def __init__(self, options, recorded=None):
+        self.options, self.recorded = options, recorded  # recorded: a run's own clusters
         if options.get("holdout"):  # `data.holdout` gives a source a split it has not
             self.held_out = True
 

@@ -90,11 +90,12 @@ def _none_regular(others):
     return f" (skipped, not regular files: {shown(others[0])}{more})"
 
 
-def list_folder(options):
+def list_folder(options, recorded=None):
     """The `Listing` of a folder source: every PNG/JPEG file below `data.path`, sorted; with
     `data.labels: subfolders`, the sorted subfolder names are the classes and each class's
     files are those below its subfolder. Reads names only, never an image, except with
-    `data.labels: clusters` (`_clustered`: each file's cluster, the readable files only)."""
+    `data.labels: clusters` (`_clustered`: each file's cluster, the readable files only;
+    `recorded`: a run's own clusters, `RecordedClusters`, reused rather than found again)."""
     path = _require_path(options)
     if not os.path.isdir(path):
         raise ConfigError("data.path", f"no such folder: {shown(path)}")
@@ -105,7 +106,7 @@ def list_folder(options):
                 "data.path", f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
             )
         if options["labels"] == "clusters":
-            return _clustered(path, files, options, _not_regular(others))
+            return _clustered(path, files, options, _not_regular(others), recorded)
         return Listing(path, files, skipped=_not_regular(others))
     if options["labels"] != "subfolders":
         raise ConfigError(
@@ -140,22 +141,21 @@ def list_folder(options):
     return Listing(path, files, np.array(labels, np.int32), classes, skipped)
 
 
-# (`_recorded_key`, the files with their sizes and times) -> (files, labels, unreadable)
+# A memo of this process's clusterings (k-means over every file is the slow part), by
+# (`_recorded_key`, the files with their sizes and times) -> (files, labels, unreadable).
 CLUSTERED = {}
-# `_recorded_key` -> ({file name below the folder: cluster}, {names left out as unreadable})
-RECORDED = {}
 CLUSTER_BYTES = 64 << 20  # decoded images held at a time while clustering a folder
 
 
-def _clustered(path, files, options, skipped):
+def _clustered(path, files, options, skipped, recorded=None):
     """The `Listing` of `data.labels: clusters` (`stagegan.data.clusters`): the readable files
     of `files`, grouped by cluster (largest first; by name within one), each cluster a class.
-    A run's own clusters (`remember_clusters`) are reused; else every file is decoded, as the
-    run reads it (`data.size`, `data.channels`), and clustered, once per process."""
+    A run's own clusters (`recorded`, of these options) are reused; else every file is
+    decoded, as the run reads it (`data.size`, `data.channels`), and clustered, once per
+    process."""
     count = options["clusters"] or clusters.DEFAULT_CLUSTERS
     size, channels = options["size"], options["channels"]
-    recorded = RECORDED.get(_recorded_key(options))
-    if recorded is not None:
+    if recorded is not None and recorded.key == _recorded_key(options):
         return _recorded_listing(path, files, recorded, skipped)
     key = (_recorded_key(options), tuple((f, *_stamp(f)) for f in files))
     if key not in CLUSTERED:
@@ -206,11 +206,20 @@ def _thumbnails(path, files, size, channels):
     return readable, np.concatenate(points)
 
 
-def remember_clusters(record, data=None):
-    """Reuse the clusters a run found (`clusters_record`), rather than clustering again: a
-    resumed run, `sample` and `eval` see the classes it trained on, whatever was added to
-    its folder since, and without decoding it. `data`: the run's data options, which the
-    record must match.
+class RecordedClusters:
+    """The clusters a run found (its `clusters_record`), checked: `key` (`_recorded_key` of
+    the data they are of), `labels` ({file name below the folder: cluster}), `unreadable`
+    (the names left out because they did not decode)."""
+
+    def __init__(self, key, labels, unreadable):
+        self.key, self.labels, self.unreadable = key, labels, unreadable
+
+
+def recorded_clusters(record, data=None):
+    """The `RecordedClusters` of a run's `clusters_record`, which a resumed run, `sample` and
+    `eval` pass to its source (`list_folder(..., recorded)`) to see the classes it trained
+    on, whatever was added to its folder since, and without decoding it. `data`: the run's
+    data options, which the record must match.
 
     Raises:
         ValueError: a record that is not one `clusters_record` writes, or of other data.
@@ -237,7 +246,7 @@ def remember_clusters(record, data=None):
             "it records the clusters of other data (data.path, size, channels or clusters) "
             "than the run's config"
         )
-    RECORDED[key] = (dict(zip(files, labels, strict=True)), set(unreadable))
+    return RecordedClusters(key, dict(zip(files, labels, strict=True)), set(unreadable))
 
 
 def _recorded_key(options):
@@ -249,13 +258,8 @@ def _recorded_key(options):
     )
 
 
-def forget_clusters():
-    """Cluster afresh: a new run finds its own clusters, whatever runs this process read."""
-    RECORDED.clear()
-
-
 def clusters_record(options, listing):
-    """What `remember_clusters` needs, JSON-able: the data options and each file's cluster
+    """What `recorded_clusters` reads back, JSON-able: the data options and each file's cluster
     (file names below `data.path`, as text; None unless `data.labels: clusters`)."""
     if options["labels"] != "clusters":
         return None
@@ -273,7 +277,7 @@ def _recorded_listing(path, files, recorded, skipped):
     """The listing of a run's recorded clusters over today's `files`: files added since are
     left out, files gone are missing from their clusters (both warned of); a cluster left
     with no file is refused."""
-    recorded, unreadable = recorded
+    recorded, unreadable = recorded.labels, recorded.unreadable
     present = {_relative(f, path): f for f in files}
     kept = sorted((label, name) for name, label in recorded.items() if name in present)
     added = len(present.keys() - recorded.keys() - unreadable)
@@ -461,7 +465,8 @@ class FolderSource(Source):
     def listings(self, listing=None):
         """`(training, held_out)` listings of the folder (or of its `listing`); held_out is
         None without `data.holdout`."""
-        return split_listing(listing or list_folder(self.options), self.options["holdout"])
+        whole = listing or list_folder(self.options, self.recorded)
+        return split_listing(whole, self.options["holdout"])
 
     def load(self, seed, held_out=False):
         o = self.options
@@ -498,7 +503,7 @@ class FolderSource(Source):
 
     def open(self, target, seed, batch_size):
         o = self.options
-        whole = list_folder(o)
+        whole = list_folder(o, self.recorded)
         listing, held = self.listings(whole)
         check_count(len(listing.files), batch_size, listing.path)
         memory = o["cache"] == "memory"
