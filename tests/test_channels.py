@@ -4,7 +4,7 @@ deciding starts no TensorFlow device (the towers are set up after it)."""
 
 import numpy as np
 import yaml
-from clihelp import inprocess, stagegan
+from clihelp import inprocess
 from PIL import Image
 
 from stagegan.data.sources import decide_channels
@@ -47,7 +47,7 @@ def test_grey_pixels_in_rgb_files_are_grey_and_one_tinted_image_is_colour(tmp_pa
 def test_a_colour_folder_trains_in_colour_on_two_towers_and_the_run_records_it(tmp_path):
     images = folder(tmp_path / "images", colour_every=3)
     run = tmp_path / "run"
-    result = stagegan(
+    result = inprocess(
         "train", "--config", "dcgan_clusters", "--run-dir", str(run),
         "--set", f"data.path={images}", "--set", "data.clusters=2",
         "--set", "devices.towers=2", *COMMON,

@@ -163,7 +163,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_broken_yaml_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nstages: [\n")
-    assert_user_error(stagegan("plan", "--config", str(bad)), "--config", "broken YAML", "line")
+    assert_user_error(inprocess("plan", "--config", str(bad)), "--config", "broken YAML", "line")
 
 
 def test_installed_package_finds_its_stages_and_configs(tmp_path):

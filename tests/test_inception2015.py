@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from clihelp import assert_user_error, stagegan
+from clihelp import assert_user_error, inprocess
 
 from stagegan.errors import ConfigError
 from stagegan.evaluation import evaluate as evaluation
@@ -251,7 +251,7 @@ def test_a_bad_graph_in_the_config_stops_train_with_one_line(tmp_path):
     garbage = tmp_path / "graph.pb"
     garbage.write_bytes(b"\x08\x96\x01 not a graph")
     (tmp_path / "runs").mkdir()
-    result = stagegan(
+    result = inprocess(
         "train", "--config", "wgan_gp_shapes", "--run-dir", str(tmp_path / "runs" / "run"),
         "--set", "model.width=4", "--set", "data.count=64", "--set", "batch_size=8",
         "--set", f'eval={{every: 0, features: "inception2015:{garbage}"}}',

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from clihelp import assert_user_error, stagegan
+from clihelp import assert_user_error, inprocess
 
 from stagegan.data import prepare as preparing
 from stagegan.data import sources as data
@@ -179,7 +179,7 @@ def test_progress_lines_when_not_on_a_terminal():
 def test_command_line(tmp_path):
     folder = write_folder(tmp_path / "pets")
     (tmp_path / "empty").mkdir()  # an empty output folder is filled
-    result = stagegan(
+    result = inprocess(
         "prepare", str(folder / "dog"), "--output", str(tmp_path / "empty"), "--size", "16"
     )
     assert result.returncode == 0, result.stderr
@@ -192,7 +192,7 @@ def test_command_line(tmp_path):
     }
     assert "skipped unreadable image" in result.stderr and "Traceback" not in result.stderr
     assert [p.name for p in (tmp_path / "empty").iterdir()] == ["data-00000-of-00001.tfrecord"]
-    refused = stagegan(
+    refused = inprocess(
         "prepare", str(tmp_path / "nope"), "--output", str(tmp_path / "o"), "--size", "16"
     )
     assert_user_error(refused, "FOLDER: no such folder")
