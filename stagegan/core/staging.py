@@ -26,6 +26,8 @@ stream: batch n + 1 is read during step n, across stage ends too.
 
 import tensorflow as tf
 
+from stagegan.core.variables import STAGED_PREFIX
+
 
 class Staging:
     """One global batch, staged.
@@ -63,8 +65,8 @@ class Staging:
 
     def trackables(self):
         """The checkpointed buffer (`data_staged_<name>`, `data_staged_full`)."""
-        objects = {f"data_staged_{name}": v for name, v in self.buffer.items()}
-        return {**objects, "data_staged_full": self.full}
+        objects = {f"{STAGED_PREFIX}{name}": v for name, v in self.buffer.items()}
+        return {**objects, f"{STAGED_PREFIX}full": self.full}
 
 
 def to_replica_floats(shard):

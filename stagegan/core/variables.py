@@ -103,3 +103,19 @@ def count_parameters(variables):
 def slug(key):
     """Checkpoint-safe name for a config key: `stages[0].updates[1]` -> `stages_0_updates_1`."""
     return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")
+
+
+# A checkpoint's names of the networks, the optimizers (`Trainer.trackables`) and the staged
+# batch (`core.staging`), made here only.
+
+STAGED_PREFIX = "data_staged_"
+
+
+def network_key(scope):
+    """The checkpoint object name of the network of `scope`."""
+    return f"network_{scope}"
+
+
+def optimizer_key(key):
+    """The checkpoint object name of the optimizer of config key `key`."""
+    return f"optimizer_{slug(key)}"

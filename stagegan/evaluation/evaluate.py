@@ -25,6 +25,7 @@ import tensorflow as tf
 from stagegan.config.files import read_bytes
 from stagegan.config.objects import call_user
 from stagegan.config.schema import chunk_size
+from stagegan.core.variables import network_key
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.evaluation import memorisation as memo
 from stagegan.evaluation import metrics, realism
@@ -211,7 +212,7 @@ class Evaluation:
         everything else (optimizers, step, random state) is untouched, and the weights are
         restored afterwards."""
         trainer = self.trainer
-        objects = {f"network_{scope}": net for scope, net in trainer.networks.items()}
+        objects = {network_key(scope): net for scope, net in trainer.networks.items()}
         variables = [w for net in trainer.networks.values() for w in net.weights]
         if trainer.ema is not None:
             objects.update(trainer.ema.trackables())

@@ -29,7 +29,7 @@ from pathlib import Path
 from stagegan.config.schema import apply_overrides, format_key_path, parse_config, resumable_keys
 from stagegan.core.schedule import Schedule
 from stagegan.core.until import stage_ends
-from stagegan.core.variables import slug
+from stagegan.core.variables import STAGED_PREFIX, optimizer_key, slug
 from stagegan.errors import ConfigError, first_line
 from stagegan.run.reading import pick_checkpoint, run_config
 from stagegan.runfolder.atomic import atomic_write
@@ -285,7 +285,7 @@ def restore(trainer, plan):
 
 def later_addition(name):
     """Whether checkpoint object `name` was added after checkpoints that may lack it."""
-    return name.startswith("data_staged_") or name == "rng_augment"
+    return name.startswith(STAGED_PREFIX) or name == "rng_augment"
 
 
 def appended_objects(trainer, kept):
@@ -319,7 +319,7 @@ def appended_objects(trainer, kept):
                         "the appended stage an optimizer of its own",
                     )
                 continue
-            fresh.add(f"optimizer_{slug(update.optimizer)}")
+            fresh.add(optimizer_key(update.optimizer))
             if update.optimizer in trainer.loss_scales:
                 fresh.update(
                     trainer.loss_scales[update.optimizer].trackables(slug(update.optimizer))

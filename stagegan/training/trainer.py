@@ -28,7 +28,14 @@ from stagegan.core.schedule import Schedule
 from stagegan.core.staging import Staging, to_replica_floats
 from stagegan.core.steps import StageStep, UpdatePlan
 from stagegan.core.until import check_metrics
-from stagegan.core.variables import check_partition, scope_of, select_variables, slug
+from stagegan.core.variables import (
+    check_partition,
+    network_key,
+    optimizer_key,
+    scope_of,
+    select_variables,
+    slug,
+)
 from stagegan.errors import ConfigError
 from stagegan.evaluation.registry import settle as settle_metrics
 from stagegan.tasks import make_task
@@ -178,8 +185,8 @@ class Trainer:
         objects = {"global_step": self.global_step}
         state = self.state_variables()
         objects.update({v.path.replace("/", ":"): v for v in [*self.variables, *state]})
-        objects.update({f"network_{scope}": net for scope, net in self.networks.items()})
-        objects.update({f"optimizer_{slug(key)}": opt for key, opt in self.optimizers.items()})
+        objects.update({network_key(scope): net for scope, net in self.networks.items()})
+        objects.update({optimizer_key(key): opt for key, opt in self.optimizers.items()})
         objects.update(self.rngs.trackables())
         for key, scale in self.loss_scales.items():
             objects.update(scale.trackables(slug(key)))
