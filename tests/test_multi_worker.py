@@ -110,6 +110,9 @@ def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_
     [
         (["--workers", "2", "--set", "batch_size=-3"], "batch_size"),
         (["--workers", "0"], "--workers"),
+        # the train plan, checked once by launch as train checks it
+        (["--workers", "2", "--init-from", "nowhere"], "init.run"),
+        (["--workers", "2", "--resume", "nowhere", "--config", "mog_ring"], "--config"),
     ],
 )
 def test_launch_checks_its_arguments_before_starting_workers(args, key, tmp_path, capfd):

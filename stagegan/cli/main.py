@@ -378,19 +378,39 @@ def load(args):
 
 
 def cmd_train(args):
-    from stagegan.run.trainplan import TrainPlan
-
-    if args.resume is not None:
-        return resume_train(args)
-    if args.checkpoint is not None:
-        raise ConfigError("--checkpoint", "only with --resume RUN")
-    args.set = [*args.set, *init_overrides(args)]
-    plan = TrainPlan.new(load(args), args.run_dir)  # refusals before the slow TF import
+    plan = train_plan(args)  # refusals before the slow TF import
+    if plan.finished:
+        logging.getLogger("stagegan").info(
+            "%s already finished at step %d; nothing to do", plan.run_dir, plan.resume.step
+        )
+        return 0
     import_tensorflow()
     from stagegan.run import runner
 
     runner.run(plan)
     return 0
+
+
+def train_plan(args, chief=None):
+    """The checked `TrainPlan` of `train` arguments (a new run, a warm start, or a resume):
+    what `train` runs, and what `launch` checks once before it starts any process."""
+    from stagegan.run.trainplan import TrainPlan
+
+    if args.resume is not None:
+        for flag, value in (
+            ("--config", args.config),
+            ("--run-dir", args.run_dir),
+            ("--init-from", args.init_from),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    flag, "not with --resume (a resumed run keeps its folder and config)"
+                )
+        return TrainPlan.resumed(args.resume, args.set, args.checkpoint, chief)
+    if args.checkpoint is not None:
+        raise ConfigError("--checkpoint", "only with --resume RUN")
+    args.set = [*args.set, *init_overrides(args)]
+    return TrainPlan.new(load(args), args.run_dir, chief)
 
 
 def init_overrides(args):
@@ -405,30 +425,6 @@ def init_overrides(args):
         return []
     init = {"run": args.init_from, "checkpoint": args.init_checkpoint, "only": args.init_only}
     return [f"init={json.dumps(init)}"]
-
-
-def resume_train(args):
-    """`train --resume RUN`: check, restore, then clean up and go on (see stagegan.run.resume)."""
-    from stagegan.run.trainplan import TrainPlan
-
-    for flag, value in (
-        ("--config", args.config),
-        ("--run-dir", args.run_dir),
-        ("--init-from", args.init_from),
-    ):
-        if value is not None:
-            raise ConfigError(flag, "not with --resume (a resumed run keeps its folder and config)")
-    plan = TrainPlan.resumed(args.resume, args.set, args.checkpoint)  # before the slow import
-    if plan.finished:
-        logging.getLogger("stagegan").info(
-            "%s already finished at step %d; nothing to do", plan.run_dir, plan.resume.step
-        )
-        return 0
-    import_tensorflow()
-    from stagegan.run import runner
-
-    runner.run(plan)
-    return 0
 
 
 def cmd_launch(args):
@@ -471,9 +467,7 @@ def cmd_launch(args):
         worker_args = worker_args[1:]
     parsed = build_parser().parse_args(["train", *worker_args])
     if parsed.resume is not None:
-        from stagegan.run.resume import plan_resume
-
-        plan = plan_resume(parsed.resume, parsed.set, parsed.checkpoint)
+        plan = train_plan(parsed, chief=True)
         if plan.config.devices.strategy != strategy:
             other = "--ps M --workers N" if strategy == "multi_worker" else "--workers N"
             raise ConfigError(
@@ -486,16 +480,14 @@ def cmd_launch(args):
                     else "this one with train --resume)"
                 ),
             )
-        if plan.step >= plan.total_steps:
-            print(f"{plan.run_dir} already finished at step {plan.step}; nothing to do")
+        if plan.finished:
+            print(f"{plan.run_dir} already finished at step {plan.resume.step}; nothing to do")
             return 0
     else:
         from stagegan.runfolder.dirs import RunFolder
 
         parsed.set = [*parsed.set, setting]
-        config = load(parsed)
-        if parsed.run_dir is not None:
-            RunFolder.check_new(parsed.run_dir)
+        config = train_plan(parsed, chief=True).config  # the folder, a warm start's source
         if not args.ps:  # every worker trains the global batch's share, into one folder
             check_batch_divides(config.batch_size, args.workers)
             if parsed.run_dir is None:  # reserve the next numbered folder, empty
