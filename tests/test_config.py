@@ -394,3 +394,28 @@ def test_set_into_a_list_says_what_is_wrong():
         assert info.value.key == key and message in info.value.message, info.value.message
     # A negative index counts from the end, as in Python.
     assert parse_config(apply_overrides(base(), ["stages[-1].steps=9"])).stages[1].steps == 9
+
+
+def test_an_until_is_its_kinds_declared_fields():
+    """Each key of `until:` is a field of its kind with its default and check: the defaults
+    the guide states, the kind's own keys only, and the checks naming their keys."""
+    from stagegan.config.schema import Plateau, Threshold, parse_until
+
+    plateau = parse_until({"eval": "fid"}, "stages[1].until", 1000)
+    assert isinstance(plateau, Plateau)
+    assert (plateau.patience, plateau.min_delta, plateau.mode) == (3, 0.0, "auto")
+    assert (plateau.check_every, plateau.min_steps, plateau.restore) == (100, 0, None)
+    threshold = parse_until({"metric": "d/loss", "below": 0.5}, "stages[0].until", 1000)
+    assert isinstance(threshold, Threshold) and (threshold.sign, threshold.value) == ("<", 0.5)
+    assert threshold.holds(0.4) and not threshold.holds(0.5)
+    for raw, key, words in (
+        ({"metric": "d/loss", "below": 1, "patience": 2}, "s.until.patience", "with metric"),
+        ({"eval": "fid", "above": 1}, "s.until.above", "with eval"),
+        ({"eval": "fid", "min_delta": -1}, "s.until.min_delta", "at least 0"),
+        ({"eval": "fid", "restore": "last"}, "s.until.restore", "best"),
+        ({"metric": "d/loss"}, "s.until", "exactly one of above or below"),
+        ({"eval": "fid", "min_steps": 10}, "s.until.min_steps", "below the stage's steps (10)"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            parse_until(raw, "s.until", 10)
+        assert caught.value.key == key and words in caught.value.message, caught.value

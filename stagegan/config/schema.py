@@ -84,8 +84,6 @@ AUGMENT_DEFAULTS = {
     "interval": 4,
 }
 INHERIT = "inherit"  # a stage without `augment:` uses the run's
-UNTIL_KEYS = ("metric", "above", "below", "eval", "patience", "min_delta", "mode")
-UNTIL_KEYS += ("check_every", "min_steps", "restore")
 KEEP_BEST_KEYS = ("metric", "mode")
 UNTIL_CHECK_EVERY = 100
 METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
@@ -124,6 +122,20 @@ def option(default, check, resume=False):
 
 def integer(minimum=None):
     return lambda value, key: _integer(value, key, minimum)
+
+
+def number(value, key):
+    return _number(value, key)
+
+
+def number_at_least(minimum):
+    def check(value, key):
+        value = _number(value, key)
+        if value < minimum:
+            raise ConfigError(key, f"must be at least {minimum:g}. Received: {value:g}")
+        return value
+
+    return check
 
 
 def optional(check):
@@ -246,12 +258,25 @@ class Until:
     """A stage's end condition (`until:`), checked after every `check_every` steps of the
     stage once `min_steps` are done; the stage's `steps` stay its upper bound. A `Threshold`
     or a `Plateau`.
+
+    Each key of `until:` is a field declared once, here or in the subclass whose kind it
+    belongs to, with its default and its check (`option`); `parse_until` reads them, and
+    `check` holds the checks across fields. A new key is one field.
     """
 
-    check_every: int
-    min_steps: int
-    key: str
-    restore: object = None  # "best": the stage's end rolls back to the best checkpoint
+    key: str  # the config key of this `until` (not a key of it)
+    check_every: int = option(UNTIL_CHECK_EVERY, integer(1))
+    min_steps: int = option(0, integer(0))
+    # best: the stage's end rolls back to the best checkpoint
+    restore: object = option(None, optional(choice(("best",))))
+
+    def check(self, steps):
+        """The checks across fields, for a stage of at most `steps` steps."""
+        if self.min_steps >= steps:
+            raise ConfigError(
+                f"{self.key}.min_steps",
+                f"must be below the stage's steps ({steps}). Received: {self.min_steps}",
+            )
 
     def condition(self):
         raise NotImplementedError
@@ -269,9 +294,22 @@ class Threshold(Until):
     (`<update>/<term>`, `/loss`, `/grad_norm`) over the steps since the last check is above
     (`sign` ">") or below ("<") `value`."""
 
-    metric: str
-    sign: str
-    value: float
+    metric: str = option(None, string)
+    above: object = option(None, optional(number))
+    below: object = option(None, optional(number))
+
+    def check(self, steps):
+        super().check(steps)
+        if (self.above is None) == (self.below is None):
+            raise ConfigError(self.key, "a metric threshold needs exactly one of above or below")
+
+    @property
+    def sign(self):
+        return ">" if self.above is not None else "<"
+
+    @property
+    def value(self):
+        return self.above if self.above is not None else self.below
 
     def condition(self):
         return f"{self.metric} (mean since the last check) {self.sign} {self.value:g}"
@@ -286,10 +324,10 @@ class Plateau(Until):
     for `patience` checks in a row (`mode`: min or max, which way is better; auto until the
     run resolves it from the metric's declaration)."""
 
-    eval: str
-    patience: int
-    min_delta: float
-    mode: str
+    eval: str = option(None, string)
+    patience: int = option(3, integer(1))
+    min_delta: float = option(0.0, number_at_least(0))
+    mode: str = option("auto", choice(METRIC_MODES))
 
     def condition(self):
         better = {"min": "lower", "max": "higher"}.get(self.mode, "auto: as declared,")
@@ -297,6 +335,14 @@ class Plateau(Until):
             f"eval {self.eval} ({better} is better) has not improved by more than "
             f"{self.min_delta:g} for {self.patience} checks"
         )
+
+
+# Every key an `until:` may hold: the fields of its kinds, in their order.
+UNTIL_KEYS = tuple(
+    dict.fromkeys(
+        f.name for kind in (Threshold, Plateau) for f in dataclasses.fields(kind) if f.metadata
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -1331,7 +1377,7 @@ def _parse_stages(value, named, augment=None):
             updates.append(update)
         until = None
         if stage_raw.get("until") is not None:
-            until = _parse_until(stage_raw["until"], f"{key}.until", steps)
+            until = parse_until(stage_raw["until"], f"{key}.until", steps)
         own = stage_raw.get("augment", INHERIT)
         stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
         resolution, fade_in = _growth(stage_raw, key)
@@ -1409,61 +1455,41 @@ def _check_keep_best(keep_best, stages, eval_section):
             )
 
 
-def _parse_until(value, key, steps):
+UNTIL_KINDS = {"metric": Threshold, "eval": Plateau}  # the key that picks each kind
+
+
+def until_fields(kind):
+    """The fields of an `until` kind that its YAML may set (those declared with `option`)."""
+    return [f for f in dataclasses.fields(kind) if "check" in f.metadata]
+
+
+def parse_until(value, key, steps):
+    """A stage's `until:` as a `Threshold` or a `Plateau`, for a stage of `steps` steps: the
+    kind its `metric` or `eval` picks, every key checked by its field's declaration, then
+    across fields (`Until.check`)."""
     until = _mapping(value, key)
     _check_keys(until, UNTIL_KEYS, key)
-    check_every = _integer(until.get("check_every", UNTIL_CHECK_EVERY), f"{key}.check_every", 1)
-    min_steps = _integer(until.get("min_steps", 0), f"{key}.min_steps", 0)
-    if min_steps >= steps:
-        raise ConfigError(
-            f"{key}.min_steps", f"must be below the stage's steps ({steps}). Received: {min_steps}"
-        )
-    kinds = [k for k in ("metric", "eval") if until.get(k) is not None]
+    kinds = [name for name in UNTIL_KINDS if until.get(name) is not None]
     if len(kinds) != 1:
         raise ConfigError(
             key,
             "needs exactly one of metric (a threshold on a logged quantity) or eval (a plateau "
             f"of an evaluation metric). Received: {until!r}",
         )
-    restore = until.get("restore")
-    if restore not in (None, "best"):
-        raise ConfigError(
-            f"{key}.restore",
-            f"must be best (roll back to the best checkpoint at the stage's end) or null. "
-            f"Received: {restore!r}",
-        )
-    fields = {"check_every": check_every, "min_steps": min_steps, "key": key, "restore": restore}
-    if kinds == ["metric"]:
-        _check_unused(until, ("patience", "min_delta", "mode"), key, "metric")
-        bounds = [b for b in ("above", "below") if until.get(b) is not None]
-        if len(bounds) != 1:
-            raise ConfigError(key, "a metric threshold needs exactly one of above or below")
-        bound = bounds[0]
-        return Threshold(
-            metric=_string(until["metric"], f"{key}.metric"),
-            sign=">" if bound == "above" else "<",
-            value=_number(until[bound], f"{key}.{bound}"),
-            **fields,
-        )
-    _check_unused(until, ("above", "below"), key, "eval")
-    name = _string(until["eval"], f"{key}.eval")
-    mode = _metric_mode(until.get("mode"), key)
-    min_delta = _number(until.get("min_delta", 0.0), f"{key}.min_delta")
-    if min_delta < 0:
-        raise ConfigError(f"{key}.min_delta", f"must be at least 0. Received: {min_delta}")
-    return Plateau(
-        eval=name,
-        patience=_integer(until.get("patience", 3), f"{key}.patience", 1),
-        min_delta=min_delta,
-        mode=mode,
-        **fields,
-    )
-
-
-def _check_unused(mapping, keys, key, kind):
-    for name in keys:
-        if mapping.get(name) is not None:
-            raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kind}")
+    kind = UNTIL_KINDS[kinds[0]]
+    own = until_fields(kind)
+    names = {f.name for f in own}
+    for name in UNTIL_KEYS:
+        if name not in names and until.get(name) is not None:
+            raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kinds[0]}")
+    given = {name: value for name, value in until.items() if value is not None}
+    values = {
+        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
+        for f in own
+    }
+    parsed = kind(key=key, **values)
+    parsed.check(steps)
+    return parsed
 
 
 def _parse_update(value, key, mode, named, optimizers, shared):
