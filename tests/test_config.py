@@ -419,3 +419,38 @@ def test_an_until_is_its_kinds_declared_fields():
         with pytest.raises(ConfigError) as caught:
             parse_until(raw, "s.until", 10)
         assert caught.value.key == key and words in caught.value.message, caught.value
+
+
+def test_an_update_is_its_declared_fields_settled_for_its_stage():
+    """Each key of an update is a field of `Update` with its default and check; `settle`
+    names it from its first pattern, scales a lazy one's weights by `every`, and resolves
+    its optimizer (named: shared; inline or none: private to it)."""
+    from stagegan.config.schema import UPDATE_KEYS, parse_update
+
+    named, optimizers, shared = {"d": {"type": "adam"}}, {}, set()
+    raw = {"train": "discriminator/*", "loss": {"d_loss": 1.0, "r1": 0.5}, "every": 4}
+    update = parse_update(
+        {**raw, "lazy": True}, "s.updates[0]", "sequential", named, optimizers, shared
+    )
+    assert (update.name, update.repeat, update.every, update.lazy) == ("discriminator", 1, 4, True)
+    assert update.loss == (("d_loss", 4.0), ("r1", 2.0)) and update.optimizer == "s.updates[0]"
+    assert "s.updates[0]" in optimizers and shared == set()
+    named_one = parse_update(
+        {**raw, "optimizer": "d"}, "s.updates[1]", "sequential", named, optimizers, shared
+    )
+    assert (
+        named_one.optimizer == "d"
+        and shared == {"d"}
+        and named_one.loss == (("d_loss", 1.0), ("r1", 0.5))
+    )
+    assert set(UPDATE_KEYS) == {"train", "loss", "repeat", "every", "lazy", "optimizer", "name"}
+    for change, key, words in (
+        ({"lazy": True, "every": 1}, "s.u.lazy", "needs every: n > 1"),
+        ({"repeat": 2}, "s.u.repeat", "simultaneous"),
+        ({"train": []}, "s.u.train", "a pattern or a list"),
+        ({"loss": None}, "s.u.loss", "required key is missing"),
+        ({"optimizer": "nope"}, "s.u.optimizer", "unknown optimizer 'nope'"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            parse_update({**raw, **change}, "s.u", "simultaneous", named, {}, set())
+        assert caught.value.key == key and words in caught.value.message, caught.value

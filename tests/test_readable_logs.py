@@ -83,7 +83,7 @@ def test_the_console_shows_the_trained_losses_and_full_shows_everything():
 
     def update(name, *terms):
         loss = tuple((t, 1.0) for t in terms)
-        return Update(name, ("x/*",), loss, "opt", repeat=1, every=1, key="u")
+        return Update(name=name, train=("x/*",), loss=loss, optimizer="opt", key="u")
 
     updates = (update("d", "d_loss"), update("g", "g_loss"))
     stage = Stage("joint", 4, "simultaneous", updates, key="stages[0]")

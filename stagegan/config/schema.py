@@ -87,7 +87,6 @@ INHERIT = "inherit"  # a stage without `augment:` uses the run's
 KEEP_BEST_KEYS = ("metric", "mode")
 UNTIL_CHECK_EVERY = 100
 METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
-UPDATE_KEYS = ("name", "train", "loss", "optimizer", "repeat", "every", "lazy")
 # Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
 LAZY_DEFAULTS = {
     "sgd": {"learning_rate": 0.01},
@@ -223,34 +222,107 @@ class OptimizerSpec:
         return dict(self.options)
 
 
-@dataclass(frozen=True)
+def required(check):
+    """`check`, and a key that must be given (None: missing)."""
+
+    def wrapped(value, key):
+        if value is None:
+            raise ConfigError(key, "required key is missing")
+        return check(value, key)
+
+    return wrapped
+
+
+def patterns(value, key):
+    """Glob patterns over variable paths: one, or a non-empty list."""
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
+        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
+    return tuple(value)
+
+
+def loss_weights(value, key):
+    """`(term, weight)` pairs from a term's name (weight 1) or a mapping of terms to weights."""
+    loss = _mapping({value: 1.0} if isinstance(value, str) else value, key)
+    if not loss:
+        raise ConfigError(key, "must name at least one loss term")
+    for term in loss:
+        if not isinstance(term, str) or not term:
+            raise ConfigError(key, f"loss term names must be strings. Received: {term!r}")
+    return tuple((term, _number(w, format_key_path((key, term)))) for term, w in loss.items())
+
+
+@dataclass(frozen=True, kw_only=True)
 class Update:
     """One update of a stage: which variables it trains, on which loss, with which optimizer.
 
+    Each key of an update is a field declared once with its default and its check (`option`);
+    `parse_update` reads them and `settle` holds what spans fields and the run (the default
+    name, `lazy`'s scaling, the stage's mode, the optimizer's resolution). A new key is one
+    field.
+
     Attributes:
-        name: a label for logs, unique within the stage.
         train: glob patterns over Keras variable paths (`generator/*`).
         loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms
             (for a lazy update, the config's weights times `every`).
-        optimizer: key into `RunConfig.optimizers`.
+        optimizer: key into `RunConfig.optimizers` (once settled; as written before).
         repeat: how many times it runs per stage step (sequential mode only).
         every: it runs only on stage steps divisible by `every`.
-        key: where it sits in the config, for error messages.
         lazy: StyleGAN2's lazy regularisation (`lazy: true`, see `_lazy_optimizers`).
+        name: a label for logs, unique within the stage (default: the first pattern's scope).
+        key: where it sits in the config, for error messages.
     """
 
-    name: str
-    train: tuple
-    loss: tuple
-    optimizer: str
-    repeat: int
-    every: int
     key: str
-    lazy: bool = False
+    train: tuple = option(None, required(patterns))
+    loss: tuple = option(None, required(loss_weights))
+    repeat: int = option(1, integer(1))
+    every: int = option(1, integer(1))
+    lazy: bool = option(False, boolean)
+    optimizer: object = option(None, lambda value, key: value)  # resolved by `settle`
+    name: object = option(None, optional(string))
+
+    def settle(self, mode, named, optimizers, shared):
+        """The update as the run trains it, in a stage of `mode`: its name, its loss weights
+        (`lazy: true` multiplies them by `every`, StyleGAN2's gain), its optimizer's key (a
+        name in `named`, shared, or an inline spec, private: added to `optimizers`)."""
+        key, weights = self.key, self.loss
+        if self.lazy:
+            if self.every < 2:
+                raise ConfigError(
+                    f"{key}.lazy",
+                    "needs every: n > 1 (a lazy regulariser runs every n steps, its loss x n). "
+                    f"Received: every {self.every}",
+                )
+            weights = tuple((term, weight * self.every) for term, weight in weights)
+        if mode == "simultaneous" and self.repeat != 1:
+            raise ConfigError(
+                f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
+            )
+        spec = self.optimizer
+        if isinstance(spec, str) and spec in named:
+            optimizer = spec  # named: state shared with every update that names it
+            optimizers[spec] = named[spec]
+            shared.add(spec)
+        elif isinstance(spec, str) and spec.lower() not in OPTIMIZER_TYPES:
+            known = ", ".join(sorted(named)) or "none"
+            raise ConfigError(
+                f"{key}.optimizer", f"unknown optimizer {spec!r} (named optimizers: {known})"
+            )
+        else:
+            optimizer = key  # inline or omitted: private to this update
+            optimizers[key] = _parse_optimizer(
+                DEFAULT_OPTIMIZER if spec is None else spec, f"{key}.optimizer"
+            )
+        name = self.name or self.train[0].split("/", 1)[0].strip("*?[]") or "update"
+        return dataclasses.replace(self, loss=weights, optimizer=optimizer, name=name)
 
     def is_active(self, stage_step):
         """Whether this update runs on the given (0-based) step within its stage."""
         return stage_step % self.every == 0
+
+
+UPDATE_KEYS = tuple(f.name for f in dataclasses.fields(Update) if f.metadata)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1368,7 +1440,7 @@ def _parse_stages(value, named, augment=None):
             raise ConfigError(f"{key}.updates", "must be a non-empty list of updates")
         updates, update_names = [], set()
         for j, update_raw in enumerate(updates_raw):
-            update = _parse_update(
+            update = parse_update(
                 update_raw, f"{key}.updates[{j}]", mode, named, optimizers, shared
             )
             if update.name in update_names:
@@ -1492,81 +1564,18 @@ def parse_until(value, key, steps):
     return parsed
 
 
-def _parse_update(value, key, mode, named, optimizers, shared):
+def parse_update(value, key, mode, named, optimizers, shared):
+    """A stage's update: every key checked by its field's declaration (`Update`), then
+    settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
     update = _mapping(value, key)
     _check_keys(update, UPDATE_KEYS, key)
-    for required in ("train", "loss"):
-        if required not in update:
-            raise ConfigError(f"{key}.{required}", "required key is missing")
-    train = update["train"]
-    if isinstance(train, str):
-        train = [train]
-    if not isinstance(train, list) or not train or not all(isinstance(p, str) and p for p in train):
-        raise ConfigError(
-            f"{key}.train", f"must be a pattern or a list of patterns. Received: {train!r}"
-        )
-    loss = update["loss"]
-    if isinstance(loss, str):
-        loss = {loss: 1.0}
-    loss = _mapping(loss, f"{key}.loss")
-    if not loss:
-        raise ConfigError(f"{key}.loss", "must name at least one loss term")
-    for term in loss:
-        if not isinstance(term, str) or not term:
-            raise ConfigError(f"{key}.loss", f"loss term names must be strings. Received: {term!r}")
-    weights = tuple(
-        (term, _number(weight, format_key_path((key, "loss", term))))
-        for term, weight in loss.items()
-    )
-    repeat = _integer(update.get("repeat", 1), f"{key}.repeat", minimum=1)
-    every = _integer(update.get("every", 1), f"{key}.every", minimum=1)
-    lazy, weights = _parse_lazy(update, key, every, weights)
-    if mode == "simultaneous" and repeat != 1:
-        raise ConfigError(
-            f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
-        )
-    spec = update.get("optimizer")
-    if isinstance(spec, str) and spec in named:
-        optimizer = spec  # named: state shared with every update that names it
-        optimizers[spec] = named[spec]
-        shared.add(spec)
-    elif isinstance(spec, str) and spec.lower() not in OPTIMIZER_TYPES:
-        known = ", ".join(sorted(named)) or "none"
-        raise ConfigError(
-            f"{key}.optimizer", f"unknown optimizer {spec!r} (named optimizers: {known})"
-        )
-    else:
-        optimizer = key  # inline or omitted: private to this update
-        optimizers[key] = _parse_optimizer(
-            DEFAULT_OPTIMIZER if spec is None else spec, f"{key}.optimizer"
-        )
-    default_name = train[0].split("/", 1)[0].strip("*?[]") or "update"
-    name = _string(update.get("name", default_name), f"{key}.name")
-    return Update(
-        name=name,
-        train=tuple(train),
-        loss=weights,
-        optimizer=optimizer,
-        repeat=repeat,
-        every=every,
-        key=key,
-        lazy=lazy,
-    )
-
-
-def _parse_lazy(update, key, every, weights):
-    """`(lazy, weights)`: `lazy: true` multiplies the loss weights by `every` (StyleGAN2's
-    gain: a regulariser run every n steps, n times as strong)."""
-    lazy = _boolean(update.get("lazy", False), f"{key}.lazy")
-    if not lazy:
-        return False, weights
-    if every < 2:
-        raise ConfigError(
-            f"{key}.lazy",
-            "needs every: n > 1 (a lazy regulariser runs every n steps, its loss x n). "
-            f"Received: every {every}",
-        )
-    return True, tuple((term, weight * every) for term, weight in weights)
+    given = {name: value for name, value in update.items() if value is not None}
+    values = {
+        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
+        for f in dataclasses.fields(Update)
+        if f.metadata
+    }
+    return Update(key=key, **values).settle(mode, named, optimizers, shared)
 
 
 def _lazy_optimizers(stages, optimizers, shared):
