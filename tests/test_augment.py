@@ -250,7 +250,7 @@ def test_unpack_inverts_pack():
 
 
 def test_adaptive_p_follows_ada_heuristic():
-    spec = AugmentConfig(("xflip",), 0.1, 0.6, 640, 2, "augment")
+    spec = AugmentConfig(ops=("xflip",), p=0.1, target=0.6, speed=640, interval=2, key="augment")
     augmenter = augment.Augmenter(spec, batch_size=32, device="/CPU:0")
     accuracies = [0.9, 0.95, 0.7, 0.75, 0.6, 0.7, float("nan"), 0.5, 0.7]
     applied = [True, True, True, True, True, True, True, True, False]

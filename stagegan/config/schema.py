@@ -76,15 +76,7 @@ AUGMENT_OPS = {
     "hue": 1,
     "lumaflip": 1,
 }
-AUGMENT_DEFAULTS = {
-    "ops": ["color", "translation", "cutout"],
-    "p": 1.0,
-    "target": None,
-    "speed": 100000,
-    "interval": 4,
-}
 INHERIT = "inherit"  # a stage without `augment:` uses the run's
-KEEP_BEST_KEYS = ("metric", "mode")
 UNTIL_CHECK_EVERY = 100
 METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
 # Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
@@ -160,8 +152,27 @@ def string(value, key):
 
 
 def defaults(record):
-    """`{field: default}` of a section's record."""
-    return {f.name: f.metadata["default"] for f in dataclasses.fields(record)}
+    """`{field: default}` of a section's record (its declared fields)."""
+    return {f.name: f.metadata["default"] for f in dataclasses.fields(record) if f.metadata}
+
+
+def record_keys(*records):
+    """The keys a YAML mapping of these records may hold: their declared fields, in order."""
+    return tuple(
+        dict.fromkeys(f.name for r in records for f in dataclasses.fields(r) if f.metadata)
+    )
+
+
+def checked_fields(record, mapping, key):
+    """`{field: value}` of `record`'s declared fields (made by `option`) from the YAML mapping
+    at `key` (its keys already checked): each value given (None: not given) or the field's
+    default, through the field's check."""
+    given = {name: value for name, value in mapping.items() if value is not None}
+    return {
+        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
+        for f in dataclasses.fields(record)
+        if f.metadata
+    }
 
 
 def build_section(record, value, key):
@@ -322,7 +333,7 @@ class Update:
         return stage_step % self.every == 0
 
 
-UPDATE_KEYS = tuple(f.name for f in dataclasses.fields(Update) if f.metadata)
+UPDATE_KEYS = record_keys(Update)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -410,14 +421,37 @@ class Plateau(Until):
 
 
 # Every key an `until:` may hold: the fields of its kinds, in their order.
-UNTIL_KEYS = tuple(
-    dict.fromkeys(
-        f.name for kind in (Threshold, Plateau) for f in dataclasses.fields(kind) if f.metadata
-    )
-)
+UNTIL_KEYS = record_keys(Threshold, Plateau)
 
 
-@dataclass(frozen=True)
+def augment_ops(value, key):
+    """`augment.ops`: one op or a list, each known, none twice."""
+    ops = [value] if isinstance(value, str) else value
+    if not isinstance(ops, list | tuple) or not ops:
+        raise ConfigError(key, f"must be a non-empty list of ops. Received: {ops!r}")
+    for op in ops:
+        if not isinstance(op, str) or op not in AUGMENT_OPS:
+            raise ConfigError(key, f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
+    if len(set(ops)) != len(ops):
+        raise ConfigError(key, f"names an op twice. Received: {list(ops)!r}")
+    return tuple(ops)
+
+
+def probability(value, key):
+    p = _number(value, key)
+    if not 0 <= p <= 1:
+        raise ConfigError(key, f"must be between 0 and 1. Received: {p:g}")
+    return p
+
+
+def r_t(value, key):
+    target = _number(value, key)
+    if not -1 < target < 1:
+        raise ConfigError(key, f"must be between -1 and 1 (an r_t). Received: {target:g}")
+    return target
+
+
+@dataclass(frozen=True, kw_only=True)
 class AugmentConfig:
     """An `augment:` section (see `stagegan.core.augment`): differentiable augmentation of every
     image a discriminator sees.
@@ -432,11 +466,11 @@ class AugmentConfig:
             p, per key.
     """
 
-    ops: tuple
-    p: float
-    target: object
-    speed: int
-    interval: int
+    ops: tuple = option(("color", "translation", "cutout"), augment_ops)
+    p: float = option(1.0, probability)
+    target: object = option(None, optional(r_t))
+    speed: int = option(100000, integer(1))
+    interval: int = option(4, integer(1))
     key: str
 
     @property
@@ -453,6 +487,9 @@ class AugmentConfig:
         else:
             how = f"p {self.p:g}"
         return f"{', '.join(self.ops)}; {how}"
+
+
+AUGMENT_DEFAULTS = defaults(AugmentConfig)
 
 
 @dataclass(frozen=True)
@@ -555,10 +592,12 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class KeepBest:
     """`checkpoint.keep_best: {metric: fid, mode: min}`: the checkpoint of the best in-train
-    evaluation (`eval:`, or an `until` plateau's) is tagged `best` and never rotated away."""
+    evaluation (`eval:`, or an `until` plateau's) is tagged `best` and never rotated away.
+    `mode`: min | max, which way is better (auto until the run resolves it from the metric's
+    declaration)."""
 
-    metric: str
-    mode: str  # min | max: which way is better (auto until the run resolves it)
+    metric: str = option(None, required(string))
+    mode: str = option("auto", choice(METRIC_MODES))
 
     def describe(self):
         better = {"min": "lowest", "max": "highest"}.get(self.mode, "best")
@@ -1379,39 +1418,12 @@ def _parse_schedule(value, key):
 
 
 def _parse_augment(value, key):
-    """An `augment:` mapping -> `AugmentConfig`; None (or absent) -> None."""
+    """An `augment:` mapping -> `AugmentConfig` (its fields declared there); None -> None."""
     if value is None:
         return None
-    spec = {**AUGMENT_DEFAULTS, **_mapping(value, key)}
-    _check_keys(spec, tuple(AUGMENT_DEFAULTS), key)
-    ops = spec["ops"]
-    if isinstance(ops, str):
-        ops = [ops]
-    if not isinstance(ops, list) or not ops:
-        raise ConfigError(f"{key}.ops", f"must be a non-empty list of ops. Received: {ops!r}")
-    for op in ops:
-        if not isinstance(op, str) or op not in AUGMENT_OPS:
-            raise ConfigError(f"{key}.ops", f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
-    if len(set(ops)) != len(ops):
-        raise ConfigError(f"{key}.ops", f"names an op twice. Received: {ops!r}")
-    p = _number(spec["p"], f"{key}.p")
-    if not 0 <= p <= 1:
-        raise ConfigError(f"{key}.p", f"must be between 0 and 1. Received: {p:g}")
-    target = spec["target"]
-    if target is not None:
-        target = _number(target, f"{key}.target")
-        if not -1 < target < 1:
-            raise ConfigError(
-                f"{key}.target", f"must be between -1 and 1 (an r_t). Received: {target:g}"
-            )
-    return AugmentConfig(
-        ops=tuple(ops),
-        p=float(p),
-        target=target,
-        speed=_integer(spec["speed"], f"{key}.speed", minimum=1),
-        interval=_integer(spec["interval"], f"{key}.interval", minimum=1),
-        key=key,
-    )
+    spec = _mapping(value, key)
+    _check_keys(spec, record_keys(AugmentConfig), key)
+    return AugmentConfig(key=key, **checked_fields(AugmentConfig, spec, key))
 
 
 def _parse_stages(value, named, augment=None):
@@ -1480,19 +1492,6 @@ def _growth(stage_raw, key):
     return resolution, fade_in
 
 
-def _metric_mode(value, key):
-    """The `mode` of an eval metric: min, max, or auto (the direction the metric declares,
-    resolved by `stagegan.evaluation.registry` when the run is built)."""
-    mode = "auto" if value is None else value
-    if mode not in METRIC_MODES:
-        raise ConfigError(
-            f"{key}.mode",
-            f"must be one of {', '.join(METRIC_MODES)} (which way the metric is better). "
-            f"Received: {mode!r}",
-        )
-    return mode
-
-
 def _parse_keep_best(value):
     """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
     if value is None:
@@ -1501,11 +1500,8 @@ def _parse_keep_best(value):
     if isinstance(value, str):
         value = {"metric": value}
     value = _mapping(value, key)
-    _check_keys(value, KEEP_BEST_KEYS, key)
-    if value.get("metric") is None:
-        raise ConfigError(f"{key}.metric", "required key is missing (an eval metric, e.g. fid)")
-    name = _string(value["metric"], f"{key}.metric")
-    return KeepBest(metric=name, mode=_metric_mode(value.get("mode"), key))
+    _check_keys(value, record_keys(KeepBest), key)
+    return KeepBest(**checked_fields(KeepBest, value, key))
 
 
 def _check_keep_best(keep_best, stages, eval_section):
@@ -1530,11 +1526,6 @@ def _check_keep_best(keep_best, stages, eval_section):
 UNTIL_KINDS = {"metric": Threshold, "eval": Plateau}  # the key that picks each kind
 
 
-def until_fields(kind):
-    """The fields of an `until` kind that its YAML may set (those declared with `option`)."""
-    return [f for f in dataclasses.fields(kind) if "check" in f.metadata]
-
-
 def parse_until(value, key, steps):
     """A stage's `until:` as a `Threshold` or a `Plateau`, for a stage of `steps` steps: the
     kind its `metric` or `eval` picks, every key checked by its field's declaration, then
@@ -1549,17 +1540,11 @@ def parse_until(value, key, steps):
             f"of an evaluation metric). Received: {until!r}",
         )
     kind = UNTIL_KINDS[kinds[0]]
-    own = until_fields(kind)
-    names = {f.name for f in own}
+    names = record_keys(kind)
     for name in UNTIL_KEYS:
         if name not in names and until.get(name) is not None:
             raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kinds[0]}")
-    given = {name: value for name, value in until.items() if value is not None}
-    values = {
-        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
-        for f in own
-    }
-    parsed = kind(key=key, **values)
+    parsed = kind(key=key, **checked_fields(kind, until, key))
     parsed.check(steps)
     return parsed
 
@@ -1569,13 +1554,9 @@ def parse_update(value, key, mode, named, optimizers, shared):
     settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
     update = _mapping(value, key)
     _check_keys(update, UPDATE_KEYS, key)
-    given = {name: value for name, value in update.items() if value is not None}
-    values = {
-        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
-        for f in dataclasses.fields(Update)
-        if f.metadata
-    }
-    return Update(key=key, **values).settle(mode, named, optimizers, shared)
+    return Update(key=key, **checked_fields(Update, update, key)).settle(
+        mode, named, optimizers, shared
+    )
 
 
 def _lazy_optimizers(stages, optimizers, shared):
