@@ -1,1 +1,2 @@
-"""Image data: the sources (one registered class each) and `stagegan prepare`."""
+"""Image data: the sources (a module each under `sources/`), the real images that samples and
+metrics compare with (`real.py`), and `stagegan prepare`."""
