@@ -33,14 +33,8 @@ import sys
 from pathlib import Path
 
 from stagegan.config.objects import find_user_modules, register_objects
-from stagegan.config.schema import (
-    RunConfig,
-    apply_overrides,
-    check_nesting,
-    check_seed,
-    load_config,
-    parse_config,
-)
+from stagegan.config.overrides import check_nesting
+from stagegan.config.schema import RunConfig, apply_overrides, check_seed, load_config, parse_config
 from stagegan.errors import ConfigError, StageganError, out_of_memory
 from stagegan.run.reading import check_walk, checkpoint_entries, run_config
 from stagegan.runfolder.dirs import RunFolder

@@ -6,13 +6,9 @@ import pytest
 import yaml
 
 import stagegan
-from stagegan.config.schema import (
-    apply_overrides,
-    load_config,
-    parse_config,
-    parse_key_path,
-    yaml_load,
-)
+from stagegan.config.overrides import parse_key_path
+from stagegan.config.schema import apply_overrides, load_config, parse_config
+from stagegan.config.yamlfile import yaml_load
 from stagegan.errors import ConfigError
 
 

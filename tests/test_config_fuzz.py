@@ -31,8 +31,8 @@ from stagegan.config.schema import (
     UNTIL_KEYS,
     UPDATE_KEYS,
     parse_config,
-    yaml_load,
 )
+from stagegan.config.yamlfile import yaml_load
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
 from stagegan.tasks.completion import Completion

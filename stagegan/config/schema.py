@@ -33,9 +33,16 @@ import math
 import re
 from dataclasses import dataclass
 
-import yaml
-
+from stagegan.config.overrides import (
+    check_finite,
+    check_keys,
+    check_mapping,
+    format_key_path,
+    override,
+    read_stage_file,
+)
 from stagegan.config.resources import builtin_names, find_yaml
+from stagegan.config.yamlfile import read_yaml, yaml_dump
 from stagegan.errors import ConfigError, shown
 
 MODES = ("sequential", "simultaneous")
@@ -90,7 +97,6 @@ LAZY_DEFAULTS = {
     "nadam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
     "lion": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.99},
 }
-STAGE_FILE_KEYS = ("description", "optimizers", "stages")
 
 
 # Records ------------------------------------------------------------------------------------
@@ -180,7 +186,7 @@ def build_section(record, value, key):
     has filled in (from `defaults(record)`, defaults first, as `config.yaml` keeps them):
     unknown keys refused, each field checked."""
     fields = dataclasses.fields(record)
-    _check_keys(_mapping(value, key), tuple(f.name for f in fields), key)
+    check_keys(check_mapping(value, key), tuple(f.name for f in fields), key)
     return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
 
 
@@ -254,7 +260,7 @@ def patterns(value, key):
 
 def loss_weights(value, key):
     """`(term, weight)` pairs from a term's name (weight 1) or a mapping of terms to weights."""
-    loss = _mapping({value: 1.0} if isinstance(value, str) else value, key)
+    loss = check_mapping({value: 1.0} if isinstance(value, str) else value, key)
     if not loss:
         raise ConfigError(key, "must name at least one loss term")
     for term in loss:
@@ -811,167 +817,10 @@ def resumable_keys():
     )
 
 
-# Loading ------------------------------------------------------------------------------------
-
-
-# Limits on what a YAML file or `--set` value may hold. Configs are a few KiB and nest a few
-# levels; past these, parsing would not end (an alias bomb: 10**9 values from 600 bytes, once
-# walked), overflow the stack (the composer and every walk of a config recurse) or fill memory.
-MAX_YAML_BYTES = 1 << 20
-MAX_YAML_DEPTH = 100
-MAX_YAML_ALIASES = 2000
-MAX_YAML_ALIAS_VALUES = 100_000  # values that aliases add, each counted expanded
-
-
-class YamlLimit(yaml.YAMLError):
-    """A YAML document over one of the limits above: `problem` says which, `problem_mark` where."""
-
-    def __init__(self, problem, mark):
-        super().__init__(problem)
-        self.problem, self.problem_mark = problem, mark
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e-4` as a float (YAML 1.1 needs `1.0e-4`), and refuses a
-    document over the limits above while composing it, before anything is expanded."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._depth = 0
-        self._aliases = 0
-        self._alias_values = 0
-        self._expanded = {}  # id(node) -> (values, depth) of a node, aliases expanded
-
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            node = self.anchors.get(event.anchor)
-            if node is not None:
-                self._count_alias(event, node)
-            return super().compose_node(parent, index)
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise YamlLimit(
-                    f"YAML nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def _count_alias(self, event, node):
-        mark = event.start_mark
-        if node.end_mark is None:  # its collection is still open: the alias is inside it
-            raise YamlLimit(f"YAML alias *{event.anchor} is used inside its own anchor", mark)
-        self._aliases += 1
-        if self._aliases > MAX_YAML_ALIASES:
-            raise YamlLimit(f"more than {MAX_YAML_ALIASES} YAML aliases", mark)
-        values, depth = self._size(node)
-        self._alias_values += values
-        if self._alias_values > MAX_YAML_ALIAS_VALUES:
-            raise YamlLimit(
-                f"YAML aliases expand to more than {MAX_YAML_ALIAS_VALUES:,} values "
-                "(an alias bomb?)",
-                mark,
-            )
-        if self._depth + depth > MAX_YAML_DEPTH:
-            raise YamlLimit(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", mark)
-
-    def construct_object(self, node, deep=False):
-        # A value that matches a YAML type but that Python refuses (an integer of 5,000
-        # digits, month 13 of a date) is broken YAML at that node, not a crash.
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, OverflowError) as e:
-            problem = str(e).split(";")[0]  # not Python's advice on sys.set_int_max_str_digits
-            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
-
-    def _size(self, node):
-        """`(values, depth)` of a finished node with its aliases expanded; memoised, so that
-        a chain of aliases costs one visit per node, not one per expanded value."""
-        known = self._expanded.get(id(node))
-        if known is not None:
-            return known
-        children = []
-        if isinstance(node, yaml.MappingNode):
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = node.value
-        sizes = [self._size(child) for child in children]
-        known = (1 + sum(v for v, _ in sizes), 1 + max((d for _, d in sizes), default=0))
-        self._expanded[id(node)] = known
-        return known
-
-
-class ConfigDumper(yaml.SafeDumper):
-    """SafeDumper that quotes what `_Loader` would read back as another type (the string
-    `1e-4`), so a saved config loads as it was."""
-
-
-_FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-for _cls in (_Loader, ConfigDumper):
-    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
-
-
-def yaml_load(text):
-    """Parse YAML text with stagegan's loader.
-
-    Raises:
-        yaml.YAMLError: broken YAML; `YamlLimit` for a document over the limits (aliases,
-            nesting; the caller checks the size).
-    """
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-
-
-def yaml_dump(value):
-    """YAML text of a config (or part of one) that `yaml_load` reads back as it is."""
-    return yaml.dump(value, Dumper=ConfigDumper, sort_keys=False, default_flow_style=None)
-
-
-def describe_yaml_error(error, source):
-    """One line for a `yaml.YAMLError` from `yaml_load` of `source` (a file, `--set value`)."""
-    if isinstance(error, yaml.reader.ReaderError):
-        return (
-            f"{source} is not YAML text: character #x{error.character:04x} at offset "
-            f"{error.position} is not allowed"
-        )
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(error, "problem", None) or "invalid YAML"
-    if isinstance(error, YamlLimit):
-        return f"{source} is refused{where}: {problem}"
-    return f"broken YAML in {source}{where}: {problem}"
-
-
-def read_yaml(path, key):
-    """Read a YAML file into a mapping; any problem (a missing, unreadable, binary or
-    over-large file, broken YAML, a document over the limits) is a ConfigError naming `key`
-    and the file."""
-    from stagegan.config.files import read_bytes
-
-    data = read_bytes(path, key, MAX_YAML_BYTES, what="config file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            key, f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
-        ) from None
-    try:
-        data = yaml_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(key, describe_yaml_error(e, path)) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(key, f"{path} must hold a mapping, got {type(data).__name__}")
-    return data
+def apply_overrides(raw, overrides):
+    """`raw` with `key.path=value` overrides applied (`stagegan.config.overrides.override`,
+    an absent section starting from its defaults here)."""
+    return override(raw, overrides, TOP_LEVEL_DEFAULTS)
 
 
 def load_config(path=None, overrides=(), key="--config"):
@@ -1004,15 +853,15 @@ def load_config(path=None, overrides=(), key="--config"):
 def parse_config(raw):
     """Validate a raw config mapping into a `RunConfig` (stage references resolved)."""
     raw = copy.deepcopy(raw)
-    _check_keys(raw, tuple(TOP_LEVEL_DEFAULTS) + REQUIRED_TOP_LEVEL, "")
+    check_keys(raw, tuple(TOP_LEVEL_DEFAULTS) + REQUIRED_TOP_LEVEL, "")
     for key in REQUIRED_TOP_LEVEL:
         if key not in raw:
             raise ConfigError(key, "required key is missing")
     file_optimizers = {}
     if isinstance(raw["stages"], str):
-        raw["stages"], file_optimizers = _read_stage_file(raw["stages"])
-    _check_finite(raw)
-    _check_finite(file_optimizers, ("optimizers",))
+        raw["stages"], file_optimizers = read_stage_file(raw["stages"])
+    check_finite(raw)
+    check_finite(file_optimizers, ("optimizers",))
     resolved = {}
     for key, default in TOP_LEVEL_DEFAULTS.items():
         value = raw.get(key, copy.deepcopy(default))
@@ -1020,10 +869,13 @@ def parse_config(raw):
             if key == "samples" and value is None:
                 resolved[key] = None
                 continue
-            value = {**default, **_mapping(value, key)}
+            value = {**default, **check_mapping(value, key)}
         resolved[key] = value
     resolved.update({key: raw[key] for key in REQUIRED_TOP_LEVEL})
-    resolved["optimizers"] = {**file_optimizers, **_mapping(resolved["optimizers"], "optimizers")}
+    resolved["optimizers"] = {
+        **file_optimizers,
+        **check_mapping(resolved["optimizers"], "optimizers"),
+    }
 
     name = _string(resolved["name"], "name")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
@@ -1061,9 +913,9 @@ def parse_config(raw):
         seed=check_seed(resolved["seed"], "seed"),
         deterministic=_boolean(resolved["deterministic"], "deterministic"),
         task=task,
-        data=_mapping(resolved["data"], "data"),
-        model=_mapping(resolved["model"], "model"),
-        loss=_mapping(resolved["loss"], "loss"),
+        data=check_mapping(resolved["data"], "data"),
+        model=check_mapping(resolved["model"], "model"),
+        loss=check_mapping(resolved["loss"], "loss"),
         batch_size=batch_size,
         devices=devices,
         optimizers=optimizers,
@@ -1093,230 +945,7 @@ def check_batch_divides(batch_size, replicas):
         )
 
 
-# Overrides ----------------------------------------------------------------------------------
-
-_INDEX = re.compile(r"\[(-?\d+|\+)\]")
-APPEND = "+"  # `stages[+]=...`: append to a list
-
-
-def parse_key_path(path):
-    """`stages[1].updates.0.every` -> ['stages', 1, 'updates', 0, 'every']; `stages[-1]` ->
-    ['stages', -1] (the last); `stages[+]` -> ['stages', '+'] (append; only as the last part)."""
-    if not path.isprintable():
-        raise ConfigError("--set", f"malformed key path {path!r}")
-    parts = []
-    for piece in _INDEX.sub(r".\1", path).split("."):
-        if piece == "":
-            raise ConfigError("--set", f"malformed key path {path!r}")
-        parts.append(int(piece) if re.fullmatch(r"-?\d+", piece) else piece)
-    if APPEND in parts[:-1]:
-        raise ConfigError(path, "--set: [+] (append) may only end a key path")
-    return parts
-
-
-def unshare(value):
-    """A deep copy in which no mapping or list appears twice (YAML aliases become copies),
-    and tuples (YAML's `!!pairs`, `!!omap`) are lists, as a saved config reads them back."""
-    if isinstance(value, dict):
-        return {key: unshare(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [unshare(item) for item in value]
-    return copy.deepcopy(value)
-
-
-def check_nesting(value, key):
-    """Refuse a config value given as a Python object (the API) that YAML could not give: one
-    nested deeper than `MAX_YAML_DEPTH`, holding itself, or holding more than a million values
-    once shared parts are counted each time (every walk of a config recurses, and copies)."""
-    stack, count = [(value, ())], 0
-    while stack:
-        item, ancestors = stack.pop()
-        count += 1
-        if count > 1_000_000:
-            raise ConfigError(key, "holds more than 1,000,000 values")
-        if isinstance(item, dict):
-            children = list(item.values())
-        elif isinstance(item, (list, tuple)):
-            children = list(item)
-        else:
-            continue
-        if id(item) in ancestors:
-            raise ConfigError(key, f"holds itself (a {type(item).__name__} inside itself)")
-        if len(ancestors) >= MAX_YAML_DEPTH:
-            raise ConfigError(key, f"is nested deeper than {MAX_YAML_DEPTH} levels")
-        stack.extend((child, (*ancestors, id(item))) for child in children)
-
-
-def _check_finite(value, parts=()):
-    """Refuse NaN and Inf anywhere in a raw config (`.nan`, `.inf` in YAML), naming the key:
-    no option of stagegan takes one, and one that slipped through would fail far from here."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_finite(item, (*parts, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_finite(item, (*parts, index))
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(format_key_path(parts), f"must be a finite number. Received: {value}")
-
-
-def format_key_path(parts):
-    """`['stages', 1, 'steps']` -> `stages[1].steps`. A name that is empty or not printable
-    is shown quoted (`data.'a\\nb'`), so that an error naming it stays one line."""
-    text = ""
-    for part in parts:
-        if (isinstance(part, int) and not isinstance(part, bool)) or part == APPEND:
-            text += f"[{part}]"
-            continue
-        name = str(part)
-        if not name or not name.isprintable() or name != name.strip():
-            name = repr(part)
-        text += f".{name}" if text else name
-    return text
-
-
-def apply_overrides(raw, overrides):
-    """Apply `key.path=value` overrides to a raw config (returns a new mapping).
-
-    A path that reaches into `stages` or `optimizers` while `stages` is still a file reference
-    reads that file first, so `--set stages[2].steps=100` works with `stages: glcic`, and
-    `--set optimizers.d.learning_rate=1e-4` reaches the file's named optimizers. YAML anchors
-    are unshared first, so setting one use of an aliased mapping changes that use only.
-    `[+]` at the end of a path appends to a list: `--set 'stages[+]={name: more, ...}'`;
-    `[-1]` is a list's last item.
-    """
-    raw = unshare(raw)
-    for item in overrides:
-        if isinstance(item, tuple):  # (key path, value): the Python API's, value as it is
-            path_text, value = item
-            parts = parse_key_path(path_text)
-            value = unshare(value)
-        else:
-            path_text, parts, value = _parse_override(item)
-        if parts[0] in ("stages", "optimizers") and len(parts) > 1:
-            _inline_stage_file(raw, parts[0])
-        node = _override_parent(raw, parts, path_text)
-        last = parts[-1]
-        if last == APPEND or isinstance(last, int):
-            _check_index(node, parts, len(parts) - 1)
-            if last == APPEND:
-                node.append(value)
-                continue
-        elif not isinstance(node, dict):
-            raise ConfigError(path_text, "--set: parent is not a mapping")
-        node[last] = value
-    return raw
-
-
-def _parse_override(item):
-    """`key.path=value` -> `(path text, key path parts, value parsed as YAML)`."""
-    if "=" not in item:
-        raise ConfigError("--set", f"expected key.path=value, got {item!r}")
-    path_text, value_text = item.split("=", 1)
-    path_text = path_text.strip()
-    parts = parse_key_path(path_text)
-    if len(value_text) > MAX_YAML_BYTES:
-        raise ConfigError(path_text, f"--set value is longer than {MAX_YAML_BYTES >> 20} MiB")
-    try:
-        value = _restore_surrogates(yaml_load(_hide_surrogates(value_text)))
-    except YamlLimit as e:
-        raise ConfigError(path_text, describe_yaml_error(e, "--set value")) from None
-    except yaml.YAMLError:
-        raise ConfigError(path_text, f"--set value is not valid YAML: {value_text!r}") from None
-    return path_text, parts, unshare(value)
-
-
-# Command-line bytes that are not UTF-8 (a folder name, say) reach Python as lone surrogates
-# (`surrogateescape`), which YAML refuses; they stand in for themselves while the value parses.
-_SURROGATES = re.compile("[\udc80-\udcff]")
-_STAND_INS = re.compile("[\U0010ff80-\U0010ffff]")
-_STAND_IN = 0x10FF80 - 0xDC80
-
-
-def _hide_surrogates(text):
-    return _SURROGATES.sub(lambda m: chr(ord(m.group()) + _STAND_IN), text)
-
-
-def _restore_surrogates(value):
-    if isinstance(value, str):
-        return _STAND_INS.sub(lambda m: chr(ord(m.group()) - _STAND_IN), value)
-    if isinstance(value, dict):
-        return {_restore_surrogates(k): _restore_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_restore_surrogates(item) for item in value]
-    return value
-
-
-def _inline_stage_file(raw, section):
-    """Before an override reaches into `stages` or `optimizers`: read a stage file that
-    `stages` still names, so its stages and named optimizers can be changed."""
-    if not isinstance(raw.get("stages"), str):
-        return
-    stages, file_optimizers = _read_stage_file(raw["stages"])
-    if section == "stages":
-        raw["stages"] = unshare(stages)
-    given = _mapping(raw.get("optimizers") or {}, "optimizers")
-    raw["optimizers"] = {**unshare(file_optimizers), **given}
-
-
-def _override_parent(raw, parts, path_text):
-    """The mapping or list that an override's last key path part is set in."""
-    node = raw
-    for depth, part in enumerate(parts[:-1]):
-        if isinstance(part, int):
-            _check_index(node, parts, depth)
-            node = node[part]
-            continue
-        where = format_key_path(parts[: depth + 1])
-        if not isinstance(node, dict):
-            raise ConfigError(where, f"--set: {format_key_path(parts[:depth])} is not a mapping")
-        section = TOP_LEVEL_DEFAULTS.get(part, 0) if depth == 0 else 0
-        if (section is None or isinstance(section, dict)) and node.get(part) is None:
-            # An absent or null section starts from its defaults (`ema`: none, so {}).
-            node[part] = copy.deepcopy(section or {})
-        following = parts[depth + 1]
-        if node.get(part) is None and (following == APPEND or isinstance(following, int)):
-            _check_index(None, parts, depth + 1)  # `stages[0]` with no stages
-        if part not in node:
-            raise ConfigError(where, "--set: unknown key")
-        node = node[part]
-    return node
-
-
-def _check_index(node, parts, depth):
-    """Refuse an override whose `parts[depth]` (an index, or `+` to append) cannot apply to
-    `node`, naming the key path up to it and saying why: no such list, not a list, out of
-    range."""
-    where, parent = format_key_path(parts[: depth + 1]), format_key_path(parts[:depth])
-    index = parts[depth]
-    if node is None:
-        what = "to append to" if index == APPEND else "to index"
-        raise ConfigError(where, f"--set: the config has no {parent} list {what}")
-    if not isinstance(node, list):
-        raise ConfigError(where, f"--set: {parent} is not a list. Received: {node!r}")
-    if index != APPEND and not -len(node) <= index < len(node):
-        items = f"has {len(node)} items ({parent}[0] to {parent}[{len(node) - 1}])"
-        raise ConfigError(
-            where, f"--set: index out of range: {parent} {items if node else 'is empty'}"
-        )
-
-
 # Pieces -------------------------------------------------------------------------------------
-
-
-def _read_stage_file(reference):
-    path = find_yaml("stages", reference)
-    if path is None:
-        raise ConfigError(
-            "stages",
-            f"no such stage file or built-in schedule: {reference!r} "
-            f"(built-in: {', '.join(builtin_names('stages'))})",
-        )
-    data = read_yaml(path, "stages")
-    _check_keys(data, STAGE_FILE_KEYS, f"stages ({path})")
-    if "stages" not in data:
-        raise ConfigError("stages", f"{path} has no 'stages' list")
-    return data["stages"], _mapping(data.get("optimizers", {}), f"optimizers ({path})")
 
 
 def _optional_section(resolved, key):
@@ -1326,7 +955,7 @@ def _optional_section(resolved, key):
     if value is None or value is False:
         resolved[key] = None
         return None
-    resolved[key] = {**defaults(OPTIONAL_RECORDS[key]), **_mapping(value, key)}
+    resolved[key] = {**defaults(OPTIONAL_RECORDS[key]), **check_mapping(value, key)}
     return build_section(OPTIONAL_RECORDS[key], resolved[key], key)
 
 
@@ -1352,7 +981,7 @@ def chunk_size(config):
 def _parse_optimizer(spec, key):
     if isinstance(spec, str):
         spec = {"type": spec}
-    spec = _mapping(spec, key)
+    spec = check_mapping(spec, key)
     kind = spec.get("type")
     if kind is None:
         raise ConfigError(f"{key}.type", "required key is missing")
@@ -1394,7 +1023,7 @@ def _parse_schedule(value, key):
             raise ConfigError(where, f"required key is missing (one of: {known})")
         raise ConfigError(where, f"must be one of {', '.join(SCHEDULE_KEYS)}. Received: {kind!r}")
     required, optional = SCHEDULE_KEYS[kind]
-    _check_keys(value, ("schedule", *required, *optional, "warmup"), key)
+    check_keys(value, ("schedule", *required, *optional, "warmup"), key)
     for name in required:
         if name not in value:
             raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
@@ -1421,8 +1050,8 @@ def _parse_augment(value, key):
     """An `augment:` mapping -> `AugmentConfig` (its fields declared there); None -> None."""
     if value is None:
         return None
-    spec = _mapping(value, key)
-    _check_keys(spec, record_keys(AugmentConfig), key)
+    spec = check_mapping(value, key)
+    check_keys(spec, record_keys(AugmentConfig), key)
     return AugmentConfig(key=key, **checked_fields(AugmentConfig, spec, key))
 
 
@@ -1432,8 +1061,8 @@ def _parse_stages(value, named, augment=None):
     stages, optimizers, shared, names = [], {}, set(), set()
     for i, stage_raw in enumerate(value):
         key = f"stages[{i}]"
-        stage_raw = _mapping(stage_raw, key)
-        _check_keys(stage_raw, STAGE_KEYS, key)
+        stage_raw = check_mapping(stage_raw, key)
+        check_keys(stage_raw, STAGE_KEYS, key)
         for required in ("name", "steps", "updates"):
             if required not in stage_raw:
                 raise ConfigError(f"{key}.{required}", "required key is missing")
@@ -1499,8 +1128,8 @@ def _parse_keep_best(value):
     key = "checkpoint.keep_best"
     if isinstance(value, str):
         value = {"metric": value}
-    value = _mapping(value, key)
-    _check_keys(value, record_keys(KeepBest), key)
+    value = check_mapping(value, key)
+    check_keys(value, record_keys(KeepBest), key)
     return KeepBest(**checked_fields(KeepBest, value, key))
 
 
@@ -1530,8 +1159,8 @@ def parse_until(value, key, steps):
     """A stage's `until:` as a `Threshold` or a `Plateau`, for a stage of `steps` steps: the
     kind its `metric` or `eval` picks, every key checked by its field's declaration, then
     across fields (`Until.check`)."""
-    until = _mapping(value, key)
-    _check_keys(until, UNTIL_KEYS, key)
+    until = check_mapping(value, key)
+    check_keys(until, UNTIL_KEYS, key)
     kinds = [name for name in UNTIL_KINDS if until.get(name) is not None]
     if len(kinds) != 1:
         raise ConfigError(
@@ -1552,8 +1181,8 @@ def parse_until(value, key, steps):
 def parse_update(value, key, mode, named, optimizers, shared):
     """A stage's update: every key checked by its field's declaration (`Update`), then
     settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
-    update = _mapping(value, key)
-    _check_keys(update, UPDATE_KEYS, key)
+    update = check_mapping(value, key)
+    check_keys(update, UPDATE_KEYS, key)
     return Update(key=key, **checked_fields(Update, update, key)).settle(
         mode, named, optimizers, shared
     )
@@ -1626,19 +1255,6 @@ def _lazy_spec(spec, every, key):
                 raise ConfigError(f"{key}.{beta}", f"must be in [0, 1). Received: {value}")
             options[beta] = value**c
     return dataclasses.replace(spec, options=tuple(sorted(options.items())), lazy=every)
-
-
-def _check_keys(mapping, allowed, key):
-    for name in mapping:
-        if name not in allowed:
-            where = format_key_path((key, name) if key else (name,))
-            raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
-
-
-def _mapping(value, key):
-    if not isinstance(value, dict):
-        raise ConfigError(key, f"must be a mapping. Received: {value!r}")
-    return value
 
 
 def _string(value, key):

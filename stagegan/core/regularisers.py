@@ -40,7 +40,8 @@ import math
 
 import tensorflow as tf
 
-from stagegan.config.schema import AUGMENT_OPS, format_key_path
+from stagegan.config.overrides import format_key_path
+from stagegan.config.schema import AUGMENT_OPS
 from stagegan.core.augment import apply_ops, widths
 from stagegan.errors import ConfigError, shown
 

@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from stagegan.config.memory import check_image_memory
-from stagegan.config.schema import ConfigDumper
+from stagegan.config.yamlfile import ConfigDumper
 from stagegan.data.records import IMAGE_FEATURE, LABEL_FEATURE, NAME_FEATURE
 from stagegan.errors import ConfigError, Interrupted, WriteError, shown
 from stagegan.runfolder.dirs import check_new_folder

@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from stagegan.config.schema import apply_overrides, format_key_path, parse_config, resumable_keys
+from stagegan.config.overrides import format_key_path
+from stagegan.config.schema import apply_overrides, parse_config, resumable_keys
 from stagegan.core.schedule import Schedule
 from stagegan.core.until import stage_ends
 from stagegan.core.variables import STAGED_PREFIX, optimizer_key, slug

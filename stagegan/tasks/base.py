@@ -35,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan.config.schema import format_key_path
+from stagegan.config.overrides import format_key_path
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import pack, unpack
 from stagegan.data.real import RealImages
