@@ -335,6 +335,9 @@ def test_a_new_source_is_one_registered_class():
     class Stripes(data.Source):
         names = ("stripes",)
 
+        def __init__(self, options):  # a source's own constructor takes its options only
+            super().__init__(options)
+
         def load(self, seed, held_out=False):
             images = np.zeros((6, 4, 4, 1), np.uint8)
             images[:, ::2] = 255  # white even rows

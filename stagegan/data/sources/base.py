@@ -424,7 +424,9 @@ def register(cls):
 def source_of(options, recorded=None):
     """The `Source` of a data section (`options["source"]` must be registered); `recorded`:
     the run's own clusters (`folder.RecordedClusters`), or None."""
-    return SOURCES[options["source"]](options, recorded)
+    kind = SOURCES[options["source"]](options)
+    kind.recorded = recorded  # after construction: a subclass's own __init__ takes options only
+    return kind
 
 
 class Source:
@@ -454,8 +456,10 @@ class Source:
     cached = False
     features = "inception"
 
-    def __init__(self, options, recorded=None):
-        self.options, self.recorded = options, recorded  # recorded: a run's own clusters
+    recorded = None  # a run's own clusters (`folder.RecordedClusters`), set by `source_of`
+
+    def __init__(self, options):
+        self.options = options
         if options.get("holdout"):  # `data.holdout` gives a source a split it has not
             self.held_out = True
 
