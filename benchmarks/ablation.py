@@ -127,7 +127,7 @@ def main():
     if config.task not in BUILTIN:
         raise SystemExit(f"ablation.py: only built-in tasks ({', '.join(BUILTIN)})")
     task_class = load_object(BUILTIN[config.task], "task")
-    metric = task_class.realism_metric
+    metric = "fid" if "fid" in registry.gives(registry.task_metrics(task_class)) else "reverse_kl"
     raw = config.raw
     without_raw, removed = ablated(raw, task_class)
     print(f"config: {args.config or 'default'}, seed {config.seed}, {config.total_steps} steps")

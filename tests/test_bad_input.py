@@ -583,8 +583,14 @@ CASES = {
         ["stages[0].until.metric: stage 'd_only' logs no 'generator/g_loss'"],
     ),
     "until plateau of an eval metric of no known direction": (
-        [*TRAIN, *toy("stages[1].until={eval: gap, patience: 2}")],
-        ["stages[1].until.mode: must be min or max (which way 'gap' is better is not declared"],
+        [
+            "plan",
+            "--config",
+            "mog_ring",
+            "--set",
+            "stages[1].until={eval: modes_total, patience: 2}",
+        ],
+        ["stages[1].until.mode: must be min or max (which way 'modes_total' is better is not"],
     ),
     "until plateau of a metric the task does not evaluate": (
         ["plan", "--config", "mog_ring", "--set", "stages[1].until={eval: fid, patience: 2}"],

@@ -156,4 +156,4 @@ def test_evals_default_count_passes_over_an_unreadable_held_out_file(tmp_path):
         (folder / f"img{name:03d}.png").write_bytes(b"not a png")
     task = Unconditional({"data": options(folder, size=32)}, RandomStreams(0))
     with pytest.raises(ConfigError, match=f"data.holdout: 0 of the {len(held)} held-out"):
-        task.default_eval_count()
+        task.real.default_count(10000)  # the count an evaluation takes unless told

@@ -161,7 +161,8 @@ def test_batches_of_colour_images_through_an_evaluation(graph_file):
     # `batch_size` chunks, and the features named in the result.
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, size=(5, 3, 5, 3)).astype(np.float32)
-    trainer = types.SimpleNamespace(task=types.SimpleNamespace(name="stub", data={}), ema=None)
+    task = types.SimpleNamespace(name="stub", data={}, metrics=())
+    trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
     spec = f"inception2015:{graph_file}"
     run = evaluation.Evaluation(trainer, None, count=5, features=spec, batch_size=2)
     expected = legacy_bilinear(evaluation.to_uint8(images), SIDE)

@@ -33,6 +33,11 @@ def toy_darkness(evaluation):
     return -float(np.mean(np.tanh(evaluation.samples())))
 
 
+@stagegan.register_metric("toy_tally", mode=None)  # a count, not a score: it ranks nothing
+def toy_tally(evaluation):
+    return len(evaluation.samples())
+
+
 @stagegan.register_metric("toy_nothing", mode="min")
 def toy_nothing(evaluation):
     return "dark"
@@ -120,7 +125,7 @@ def test_the_plan_says_which_way_auto_resolved(run):
     assert "eval toy_darkness (higher is better)" in result.stdout
     assert (
         "evaluation: every 2 steps and at stage ends; at the until checks of 'joint'; 64 "
-        "samples: gap, toy_darkness (higher is better)"
+        "samples: gap (lower is better), toy_darkness (higher is better)"
     ) in result.stdout
 
 
@@ -166,7 +171,7 @@ def test_a_name_is_declared_once():
 @pytest.mark.parametrize(
     "changes, key, words",
     [
-        ({"checkpoint": {"keep_best": "gap"}}, "checkpoint.keep_best.mode", ["'gap'"]),
+        ({"checkpoint": {"keep_best": "toy_tally"}}, "checkpoint.keep_best.mode", ["'toy_tally'"]),
         ({"eval": {"metrics": ["toy_nowhere"]}}, "eval.metrics[0]", ["no metric 'toy_nowhere'"]),
         ({"eval": {"metrics": ["toytask:factory"]}}, "eval.metrics[0]", ["is not a metric"]),
         ({"eval": {"metrics": ["nomodule:f"]}}, "eval.metrics[0]", ["cannot import"]),

@@ -290,6 +290,7 @@ class ImageTaskStub:
     name = "stub"
     data = {"source": "folder"}
     capabilities = frozenset({"images"})
+    metrics = ("realism",)
 
     def __init__(self, images):
         self.images = images
@@ -319,7 +320,7 @@ def test_offline_inception_falls_back_to_selfsup_on_the_real_images(blobs, monke
     monkeypatch.setattr(realism, "selfsup_extractor", quick_selfsup)
     monkeypatch.setattr(evaluation.log, "propagate", True)  # the CLI may have turned it off
     task = ImageTaskStub(blobs)
-    trainer = types.SimpleNamespace(task=task, ema=None)
+    trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
     run = evaluation.Evaluation(trainer, None, count=40, seed=7, batch_size=16)
     assert run.features_spec == "inception"
     features = run.features(blobs[:20])
@@ -337,8 +338,10 @@ def test_offline_inception_falls_back_to_selfsup_on_the_real_images(blobs, monke
 
 
 def test_selfsup_needs_a_task_with_real_images():
-    task = types.SimpleNamespace(name="points", data={"source": "mog"}, capabilities=frozenset())
-    trainer = types.SimpleNamespace(task=task, ema=None)
+    task = types.SimpleNamespace(
+        name="points", data={"source": "mog"}, capabilities=frozenset(), metrics=("mixture",)
+    )
+    trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
     run = evaluation.Evaluation(trainer, None, count=40, features="selfsup", batch_size=16)
     with pytest.raises(ConfigError, match="--features.*task 'points' has none"):
         run.features(np.zeros((4, 16, 16, 1), np.float32))

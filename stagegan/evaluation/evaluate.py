@@ -3,10 +3,11 @@
     evaluation = Evaluation(trainer, run_dir, count=None, seed=0)
     result = evaluation.run()        # {"step": ..., "metrics": {name: value}}
 
-The task decides what to measure (`Task.evaluate`); this module gives it batched sampling,
-the run's stage-end checkpoints (for baselines such as the reconstruction-only stage), and
-feature extractors for FID and KID. The maths lives in `stagegan.evaluation.metrics` and
-`stagegan.evaluation.realism`.
+The task names what to measure (`Task.metrics`, declared in `stagegan.evaluation.registry`,
+the built-in families computed in `stagegan.evaluation.builtin`); this module gives the
+metrics batched sampling, the run's stage-end checkpoints (for baselines such as the
+reconstruction-only stage), and feature extractors for FID and KID. The maths lives in
+`stagegan.evaluation.metrics` and `stagegan.evaluation.realism`.
 """
 
 import contextlib
@@ -23,18 +24,27 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.config.files import read_bytes
-from stagegan.config.objects import call_user
+from stagegan.config.objects import call_user, load_object
 from stagegan.config.schema import chunk_size
 from stagegan.core.variables import network_key
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.evaluation import memorisation as memo
-from stagegan.evaluation import metrics, realism
+from stagegan.evaluation import metrics, realism, registry
 from stagegan.evaluation.memorisation import AUTO_IMAGES
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.pictures import to_uint8, write_png
 from stagegan.runfolder.samples import chunked_outputs
 
 INCEPTION_SIDE = 299
+
+
+def load(metric):
+    """`metric`'s function (a built-in family's is named by its path, imported when first
+    used)."""
+    compute = metric.compute
+    return load_object(compute, "eval.metrics") if isinstance(compute, str) else compute
+
+
 log = logging.getLogger("stagegan")
 
 
@@ -44,7 +54,8 @@ class Evaluation:
     Args:
         trainer: a built `training.Trainer`, holding the weights to evaluate.
         run_dir: the run folder (its checkpoints give baselines), or None.
-        count: samples to evaluate; None: the task's `default_eval_count()`.
+        count: samples to evaluate; None: the most its metrics usually take
+            (`registry.usual_count`), or all the real images of an image task with fewer.
         seed: fixes the inputs (latents, held-out images, masks), so evaluations of different
             checkpoints see the same inputs.
         features: the feature extractor for FID/KID and completion's realism metric (see
@@ -89,11 +100,15 @@ class Evaluation:
         self.memorise = True if nearest is not None else memorise
         self.nearest = nearest
         self._extractor = self._pools = self._samples = None
+        # the task's own metrics, then those the run adds (`registry.settle`)
+        self.metrics = registry.task_metrics(self.task) + list(trainer.added_metrics)
 
     @property
     def count(self):
         if self._count is None:
-            self._count = self.task.default_eval_count()
+            self._count = registry.usual_count(self.metrics)
+            if "images" in self.task.capabilities:  # fewer when there are fewer
+                self._count = self.task.real.default_count(self._count)
         return self._count
 
     def run(self):
@@ -101,9 +116,12 @@ class Evaluation:
         self.check()
         start = time.perf_counter()
         self._samples = None  # the weights may have changed since the last run
-        values = self.task.evaluate(self)
-        for metric in self.added:
-            values[metric.name] = self._compute(metric)
+        values = {}
+        for metric in self.metrics:
+            if metric.gives:  # a built-in family, called plainly: a bug keeps its traceback
+                values.update(load(metric)(self))
+            else:
+                values[metric.name] = self._compute(metric)
         self._samples = None
         return {
             "step": self.trainer.step_count,
@@ -113,15 +131,10 @@ class Evaluation:
             "metrics": values,
         }
 
-    @property
-    def added(self):
-        """The metrics this run adds to its task's own (`registry.settle`)."""
-        return self.trainer.added_metrics
-
     def _compute(self, metric):
         """An added metric's value: a finite number, or None (no value this time)."""
         key, label = "eval.metrics", f"metric {metric.name!r}"
-        value = call_user(key, label, metric.compute, self)
+        value = call_user(key, label, load(metric), self)
         if value is None:
             return None
         if isinstance(value, np.generic | np.ndarray) and np.size(value) == 1:
@@ -149,7 +162,18 @@ class Evaluation:
 
     def check(self):
         """Load what the evaluation will need up front (feature extractors, enough real
-        images), so a problem shows before training starts or a run folder exists."""
+        images), so a problem shows before training starts or a run folder exists.
+
+        Raises:
+            ConfigError: a task without metrics, too few samples for one, features named
+                for metrics that take none, a feature extractor that does not load.
+        """
+        if not self.metrics:
+            raise ConfigError(
+                "task",
+                f"task {self.task.name!r} names no metrics (Task.metrics: metrics declared "
+                "with @stagegan.register_metric; or eval.metrics)",
+            )
         if self._count is not None or self.batch_size != chunk_size(self.trainer.config):
             # asked for (the defaults were checked with the run's config)
             counts = [(self.count_key, self.count)]
@@ -172,11 +196,20 @@ class Evaluation:
             if "images" in self.task.capabilities:  # a first call, on two blank images
                 side, channels = self.task.size, self.task.data["channels"]
                 self.features(np.zeros((2, side, side, channels), np.float32))
-        self.task.check_eval_count(self.count, self.count_key)
+        registry.check_count(self.metrics, self.count, self.count_key)
+        if "images" in self.task.capabilities:
+            self.task.real.checked_pool(self.count, self.count_key)
 
     @property
     def uses_features(self):
-        return bool(self.task.uses_features(self))
+        """Whether a metric is computed in image features: one that always is, or one that
+        may be (`Metric.features`) when features are named or the source's own need no
+        download (`shapes`)."""
+        kinds = {metric.features for metric in self.metrics}
+        if "always" in kinds:
+            return True
+        offline = "images" in self.task.capabilities and self.task.source_kind.features == SHAPES
+        return "optional" in kinds and (self.features_named or offline)
 
     # Helpers for tasks ------------------------------------------------------------------------
 
@@ -247,48 +280,6 @@ class Evaluation:
                 f"{label} gave non-finite features (NaN or Inf) for {bad} of {len(images)} images",
             )
         return features
-
-    def fid_kid(self, task):
-        """FID, KID, precision, recall, density and coverage (`distances`) between `count`
-        generated images and `count` real ones, and the classifier two-sample test on the
-        images themselves (`c2st`, `c2st_std`)."""
-        real, held_out = task.real.draw(self.count, self.seed, self.count_key)
-        inputs, _ = task.sample_inputs(self.count, self.seed)
-        fake = self.sample_outputs(inputs)["samples"]
-        fake_features = self.features(fake)
-        distances = self.distances(self.features(real), fake_features)
-        return {
-            "count": self.count,
-            "held_out": held_out,
-            "features": self.features_name,  # after loading: it may have fallen back
-            **distances,
-            **self.c2st(real, fake),
-            **self.memorisation(task, fake, fake_features),
-        }
-
-    def class_fid_kid(self, task):
-        """`fid_kid` of a class-conditional task: generated images of the real ones' classes,
-        and `fid/<class>`, `kid/<class>` per class on those of that class (None for a class
-        with fewer than 4 among the `count`)."""
-        real, labels, held_out = task.real.draw(self.count, self.seed, self.count_key, labels=True)
-        inputs, _ = task.sample_inputs(self.count, self.seed)
-        inputs["fake_y"] = labels
-        fake = self.sample_outputs(inputs)["samples"]
-        real_features, fake_features = self.features(real), self.features(fake)
-        result = {
-            "count": self.count,
-            "held_out": held_out,
-            "features": self.features_name,
-            **self.distances(real_features, fake_features),
-            **self.c2st(real, fake),
-            **self.memorisation(task, fake, fake_features),
-        }
-        for index, name in enumerate(task.classes):
-            chosen = labels == index
-            both = (real_features[chosen], fake_features[chosen])
-            per_class = self.distances(*both) if chosen.sum() >= 4 else {"fid": None, "kid": None}
-            result[f"fid/{name}"], result[f"kid/{name}"] = per_class["fid"], per_class["kid"]
-        return result
 
     def wants_memorisation(self):
         """Whether this evaluation compares samples with training images: asked for (True),

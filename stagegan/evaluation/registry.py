@@ -12,10 +12,12 @@ A metric of one's own, computed in every evaluation of a run that names it:
     # run config: eval: {metrics: ["my_package.metrics:brightness"]}
     #             checkpoint: {keep_best: brightness}  (or until: {eval: brightness, ...})
 
-The built-in metrics are computed by their task's `evaluate` (FID and KID share one set of
-features, the hole metrics one set of completions); they are declared here with their
-direction. A name with a prefix or suffix (`mean_fill/fid`, `fid/<class>`) ranks as the
-declared metric at its end, else at its start.
+A task names the metrics it supports (`Task.metrics`) and computes none of them. The
+built-in ones come in families computed together (FID and KID share one set of features,
+the hole metrics one set of completions): `realism`, `completion` and `mixture` below, whose
+functions live in `stagegan.evaluation.builtin`; each number a family gives is declared
+here with its direction. A name with a prefix or suffix (`mean_fill/fid`, `fid/<class>`)
+ranks as the declared metric at its end, else at its start.
 """
 
 import dataclasses
@@ -25,6 +27,7 @@ from stagegan.config.schema import Plateau
 from stagegan.errors import ConfigError
 
 MODES = ("auto", "min", "max")
+COUNT = 1000  # samples an evaluation uses when none of its metrics says
 ATTRIBUTE = "stagegan_metric"  # the `Metric` a decorated function carries
 
 
@@ -37,10 +40,19 @@ class Metric:
         mode: "min" (lower is better), "max" (higher is better), or None (a count or a
             label, not a score: it can rank nothing).
         doc: one line on what it measures.
-        compute: `compute(evaluation) -> number or None` for a metric one adds; None for a
-            built-in one (its task's `evaluate` gives it).
+        compute: `compute(evaluation) -> number or None`; for a family (`gives`)
+            `-> {name: value}`, or the `"package.module:function"` of that function (the
+            built-in families: this module imports no TensorFlow). None: a number a family
+            gives, declared for its direction.
         needs: task capabilities it reads (`"images"`: samples that are images), checked
             before the first step.
+        gives: a family's numbers (each declared on its own); () for a single number.
+        count: the samples it is usually computed on (`eval.count` unless told otherwise;
+            an image task's real images may be fewer); None: `COUNT`.
+        min_count: the fewest samples it can be computed on, and why (`(4, "FID/KID")`).
+        features: whether it is computed in image features (`eval.features`): "always",
+            "optional" (when features are named, or the source's own need no download:
+            `shapes`), or None.
     """
 
     name: str
@@ -48,17 +60,22 @@ class Metric:
     doc: str = ""
     compute: object = None
     needs: frozenset = frozenset()
+    gives: tuple = ()
+    count: object = None
+    min_count: tuple = (1, "")
+    features: object = None
 
 
 METRICS = {}
 
 
-def declare(name, mode, doc="", compute=None, needs=()):
+def declare(name, mode, doc="", compute=None, needs=(), **family):
     """Add a metric to the registry (a name already declared must be declared the same way,
-    or be the same function again: a module imported twice)."""
+    or be the same function again: a module imported twice). `family`: `Metric`'s `gives`,
+    `count`, `min_count`, `features`."""
     if mode not in ("min", "max", None):
         raise ValueError(f"metric {name!r}: mode must be 'min', 'max' or None, not {mode!r}")
-    metric = Metric(name, mode, doc, compute, frozenset(needs))
+    metric = Metric(name, mode, doc, compute, frozenset(needs), **family)
     known = METRICS.get(name)
     if known is not None and known != metric and not _same_function(known, metric):
         raise ValueError(f"metric {name!r} is already declared ({known.doc or known.compute})")
@@ -76,7 +93,8 @@ def _same_function(a, b):
 
 def register_metric(name, mode, needs=(), doc=None):
     """Decorator: `function(evaluation) -> number or None` becomes the metric `name`, better
-    when lower (`mode="min"`) or higher (`"max"`). `needs`: task capabilities it reads
+    when lower (`mode="min"`), higher (`"max"`), or neither (None: a count, it ranks nothing).
+    `needs`: task capabilities it reads
     (`("images",)` when it looks at images). The function is returned unchanged, marked so a
     config may name it as `package.module:function` (`eval.metrics`)."""
 
@@ -162,7 +180,7 @@ def computed(name):
     return metric if metric is not None and metric.compute is not None else None
 
 
-# The built-in metrics (computed by the tasks' `evaluate`), with their directions.
+# The numbers the built-in families give, with their directions.
 for _name, _mode, _doc in (
     ("fid", "min", "Fréchet distance between feature sets of real and generated images"),
     ("kid", "min", "kernel inception distance (unbiased MMD^2, cubic kernel)"),
@@ -188,6 +206,93 @@ for _name, _mode, _doc in (
     declare(_name, _mode, _doc)
 
 
+BUILTIN = "stagegan.evaluation.builtin"
+_HOLES = ("l1", "psnr", "ssim", "structure", "sharpness", "c2st", "c2st_std", "fid")
+declare(
+    "realism",
+    None,
+    "FID, KID, precision, recall, density, coverage and c2st of generated against real "
+    "images (and per class, for a conditional GAN)",
+    f"{BUILTIN}:realism",
+    needs=("images", "latents"),
+    gives=("count", "fid", "kid", "kid_std", "precision", "recall", "density", "coverage")
+    + ("c2st", "c2st_std"),
+    count=10000,  # FID's usual sample count
+    min_count=(4, "FID/KID"),
+    features="always",
+)
+declare(
+    "completion",
+    None,
+    "errors and realism of completed holes in held-out images, against a mean-colour fill "
+    "and the run's reconstruction-only stage",
+    f"{BUILTIN}:completion",
+    needs=("images", "inputs"),
+    gives=tuple(
+        f"{prefix}{name}"
+        for prefix in ("", "mean_fill/", "reconstruction_stage_end/")
+        for name in _HOLES
+    )
+    + ("count", "reconstruction_stage_end/step"),
+    features="optional",
+)
+declare(
+    "mixture",
+    None,
+    "mixture modes captured, share of high-quality samples and reverse KL",
+    f"{BUILTIN}:mixture",
+    gives=("count", "modes", "modes_total", "high_quality", "reverse_kl"),
+    count=2500,  # as in the VEEGAN and PacGAN papers
+)
+
+
+def task_metrics(task):
+    """The `Metric`s task `task` names (`Task.metrics`).
+
+    Raises:
+        ConfigError: at `task` for a name no metric is declared under.
+    """
+    found = []
+    for name in task.metrics:
+        metric = METRICS.get(name)
+        if metric is None or metric.compute is None:
+            known = sorted(n for n, m in METRICS.items() if m.compute is not None)
+            raise ConfigError(
+                "task",
+                f"task {task.name!r} names the metric {name!r}, which is not declared "
+                f"(@stagegan.register_metric; declared: {', '.join(known)})",
+            )
+        found.append(metric)
+    return found
+
+
+def gives(metrics):
+    """The names of the numbers `metrics` give, in order, each once."""
+    names = []
+    for metric in metrics:
+        for name in metric.gives or (metric.name,):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def usual_count(metrics):
+    """The samples an evaluation of `metrics` uses unless told otherwise: the most any of
+    them usually takes (`Metric.count`), else `COUNT`."""
+    counts = [m.count for m in metrics if m.count is not None]
+    return max(counts) if counts else COUNT
+
+
+def check_count(metrics, count, key):
+    """Raise `ConfigError(key)` when `count` samples are too few for one of `metrics`."""
+    for metric in metrics:
+        least, what = metric.min_count
+        if count < least:
+            raise ConfigError(
+                key, f"{what or metric.name} need at least {least} images; {count} are available"
+            )
+
+
 def settle(config, task):
     """The run's metrics settled before the first step: `(config, added)`, `config` with
     every `mode: auto` of `checkpoint.keep_best` and `until: {eval: ...}` resolved to min or
@@ -198,13 +303,15 @@ def settle(config, task):
         ConfigError: a metric the task does not evaluate, of no declared direction, or
             needing what the task has not (`needs`).
     """
-    added = load_metrics((config.eval.metrics or ()) if config.eval is not None else ())
+    own = task_metrics(task)
+    listed = load_metrics((config.eval.metrics or ()) if config.eval is not None else ())
+    added = [metric for metric in listed if metric not in own]
     keep_best = config.checkpoint.keep_best
     ranked = [(keep_best.metric, "checkpoint.keep_best")] if keep_best is not None else []
     ranked += [(s.until.eval, s.until.key) for s in config.stages if _plateau(s.until)]
     for name, _ in ranked:
         metric = computed(name)
-        if metric is not None and metric not in added:
+        if metric is not None and metric not in added and metric not in own:
             added.append(metric)
     for metric in added:
         missing = metric.needs - set(task.capabilities)
@@ -214,14 +321,13 @@ def settle(config, task):
                 f"metric {metric.name!r} needs a task with {', '.join(sorted(missing))}; task "
                 f"{task.name!r} has {', '.join(sorted(task.capabilities)) or 'none'}",
             )
-    known = task.eval_metrics
-    if known is not None:
-        known = tuple(known) + tuple(m.name for m in added if m.name not in known)
+    known = gives(own + added)
     for name, key in ranked:
-        if known is not None and name not in known:
+        if name not in known:
             where = f"{key}.metric" if key == "checkpoint.keep_best" else f"{key}.eval"
             raise ConfigError(
-                where, f"task {task.name!r} evaluates no {name!r} (it has: {', '.join(known)})"
+                where,
+                f"task {task.name!r} evaluates no {name!r} (it has: {', '.join(known) or 'none'})",
             )
     if keep_best is not None and keep_best.mode == "auto":
         mode = resolve_mode(keep_best.metric, keep_best.mode, "checkpoint.keep_best")

@@ -34,9 +34,9 @@ def describe_evaluation(trainer):
         when.append(f"every {every} steps and at stage ends" if every else "at stage ends")
     when += [f"at the until checks of {', '.join(repr(n) for n in plateaus)}"] if plateaus else []
     count = config.eval.count if config.eval is not None else None
-    samples = f"{count} samples" if count else f"the task's {task.eval_count} samples"
-    added = [m.name for m in trainer.added_metrics]
-    names = [n for n in task.eval_metrics or () if n not in added] + added
+    metrics = registry.task_metrics(task) + list(trainer.added_metrics)
+    samples = f"{count} samples" if count else f"the task's {registry.usual_count(metrics)} samples"
+    names = registry.gives(metrics)
     shown = ", ".join(f"{n} ({registry.better(n)})" if registry.better(n) else n for n in names)
     return [f"evaluation: {'; '.join(when)}; {samples}: {shown or 'as the task computes'}"]
 

@@ -43,4 +43,10 @@ def make_task(name, options, rngs):
             f"{name!r} returned a {type(task).__name__}, not a stagegan.tasks.base.Task "
             "(subclass Task: the trainer relies on its defaults and declared capabilities)",
         )
+    if callable(getattr(task, "evaluate", None)) and not task.metrics:
+        raise ConfigError(
+            "task",
+            f"{name!r} defines evaluate(), which stagegan no longer calls: declare its metrics "
+            "with @stagegan.register_metric(name, mode) and list them in the task's `metrics`",
+        )
     return task

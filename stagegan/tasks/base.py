@@ -41,6 +41,7 @@ from stagegan.core.layers import pack, unpack
 from stagegan.data.real import RealImages
 from stagegan.data.sources import ImageSource, decide_channels, source_of
 from stagegan.errors import ConfigError, first_line
+from stagegan.evaluation import registry
 from stagegan.runfolder import pictures
 
 # What the memory check (`Task.check_memory`) counts: a parameter as float32 weights, gradient,
@@ -132,6 +133,9 @@ class Task:
     #              which `sample --truncation` and `--interpolate` may replace.
     capabilities = frozenset()
     conditional = False  # whether the generator takes a class (`fake_y`) with its noise
+    # The metrics `stagegan eval` computes: names declared in `stagegan.evaluation.registry`
+    # (a family such as "realism", or a metric of one's own, `stagegan.register_metric`).
+    metrics = ()
     source = None  # the `stagegan.data.sources.ImageSource` of a task with "images", once built
 
     def __init__(self, options, rngs):
@@ -312,8 +316,9 @@ class Task:
         for section in ("data", "model"):
             for name, default in self.defaults.get(section, {}).items():
                 values[f"{section}.{name}"] = (self.options[section][name], default)
+        usual = registry.usual_count(registry.task_metrics(self)) if counts else None
         for key, count in counts:
-            default = self.sample_count if key in ("samples.count", "--num") else self.eval_count
+            default = self.sample_count if key in ("samples.count", "--num") else usual
             values[key] = (count, default)
         total = sum(count for _, count in parameters)
         # (the keys a part grows with, its bytes, what it is)
@@ -367,24 +372,9 @@ class Task:
         """Whether network `scope` is the task's own (no `model.<scope>` names a builder)."""
         return self.model.get(scope) is None
 
-    # Samples and evaluation -------------------------------------------------------------------
+    # Samples ---------------------------------------------------------------------------------
 
-    eval_count = 1000  # samples an evaluation uses unless told otherwise
-    eval_metrics = None  # the numbers `evaluate` may return (None: not declared)
     sample_count = 16  # samples in a training dump unless told otherwise
-
-    def default_eval_count(self):
-        """Samples an evaluation uses unless told otherwise."""
-        return self.eval_count
-
-    needs_features = False  # a custom task whose `evaluate` calls `evaluation.features()`
-
-    def uses_features(self, evaluation):
-        """Whether `evaluate` needs `evaluation.features()` (then loaded before training)."""
-        return self.needs_features
-
-    def check_eval_count(self, count, key):
-        """Raise `ConfigError(key)` when an evaluation cannot use `count` samples."""
 
     def sample_inputs(self, count, seed, key="--num"):
         """Inputs for `count` samples, fixed by `seed` alone: `({name: array}, info)`; `key`
@@ -425,11 +415,6 @@ class Task:
         """The array `stagegan sample` writes to .npy: images in [0, 1], other samples as is."""
         samples = outputs["samples"]
         return (samples + 1.0) / 2.0 if samples.ndim == 4 else samples
-
-    def evaluate(self, evaluation):
-        """The task's metrics, `{name: value}`, given an `Evaluation`
-        (`stagegan.evaluation.evaluate`)."""
-        raise ConfigError("task", f"task {self.name!r} defines no metrics (Task.evaluate)")
 
     def build_network(self, scope, default, inputs, output):
         """Build network `scope` under `keras.name_scope(scope)` and check its shapes.
@@ -542,13 +527,6 @@ class ImageTask(Task):
         if self._real is None:
             self._real = RealImages(self.data, self.rngs.seed, self.recorded_clusters)
         return self._real
-
-    def check_eval_count(self, count, key):
-        self.real.checked_pool(count, key)
-
-    def default_eval_count(self):
-        """`eval_count`, or all the readable real images when there are fewer."""
-        return self.real.default_count(self.eval_count)
 
     def real_batch(self, batch_size):
         """`{"x": uint8 images}` (and `"y"`): the trainer stages them on the draw device and

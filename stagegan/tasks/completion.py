@@ -74,7 +74,6 @@ from stagegan.core.layers import conv2d, dense
 from stagegan.data import masks
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
-from stagegan.evaluation import metrics
 from stagegan.runfolder import pictures
 from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, float32, make_generator, positive
 
@@ -101,7 +100,7 @@ class Completion(ImageTask):
         "d_adversarial": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "fid"  # its direction: stagegan.evaluation.registry
+    metrics = ("completion",)  # stagegan.evaluation.builtin
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": {
@@ -521,14 +520,8 @@ class Completion(ImageTask):
     def sample(self, inputs):
         return self.complete(inputs["x"], inputs["mask"], training=False)[1]
 
-    # Samples and evaluation -------------------------------------------------------------------
+    # Samples -------------------------------------------------------------------------------
 
-    eval_count = 1000
-    eval_metrics = tuple(
-        f"{prefix}{name}"
-        for prefix in ("", "mean_fill/", "reconstruction_stage_end/")
-        for name in ("l1", "psnr", "ssim", "structure", "sharpness", "c2st", "c2st_std", "fid")
-    ) + ("count", "reconstruction_stage_end/step")
     sample_count = 8  # rows
     reconstruction_terms = frozenset({"reconstruction", "reconstruction_l1"})
 
@@ -561,71 +554,6 @@ class Completion(ImageTask):
         if info.get("held_out"):
             columns.insert(0, x)
         return pictures.image_rows(columns)
-
-    def uses_features(self, evaluation):
-        """The realism metric needs features: the shapes classifier on `shapes`, or the ones
-        `eval.features` names; on other sources without them, it is left out."""
-        return evaluation.features_named or self.source_kind.features == "shapes"
-
-    def evaluate(self, evaluation):
-        """Errors and realism of completions of held-out images (values in [0, 1]).
-
-        * `l1`, `psnr`, `ssim`: per-pixel errors in the holes;
-        * `structure`, `sharpness`: the local structure (gradient and Laplacian magnitudes)
-          in the holes against the same images whole (`metrics.structure_metrics`);
-        * `c2st`: a classifier's held-out accuracy telling completed images from the same
-          images whole (0.5: it cannot; 1: it always can), with its spread: it sees the
-          crop around each hole (the discriminator's local crop) with the mask as a
-          channel, the same for both, so it judges the fill against the pixels that
-          were there (`stagegan.evaluation.realism.c2st`, its local network);
-        * `fid`: the Fréchet distance between the features of the completed images and of
-          the same images whole (0 for a perfect completion; a blurred or implausible fill
-          raises it), on `evaluation.features()` (`features` names them);
-        * `mean_fill/*`: the same for the mean colour of the known pixels filled in;
-        * `reconstruction_stage_end/*`: the same for this run's generator as it was at the end
-          of its last reconstruction-only stage (an earlier checkpoint, after fewer steps:
-          not an ablation of the adversarial loss, which `benchmarks/ablation.py` is).
-        """
-        inputs, info = self.sample_inputs(evaluation.count, evaluation.seed, evaluation.count_key)
-        x, mask = inputs["x"], inputs["mask"]
-        truth = (x + 1.0) / 2.0
-        realism = evaluation.uses_features
-        marked = 2.0 * mask - 1.0  # the mask as a channel, in [-1, 1]
-
-        def hole_crops(images):
-            both = tf.constant(np.concatenate([images, marked], -1))
-            return self.crops(both, tf.constant(inputs["crop_offset"])).numpy()
-
-        real_features = evaluation.features(x) if realism else None
-
-        def score(completed):
-            values = metrics.hole_metrics(truth, (completed + 1.0) / 2.0, mask)
-            values.update(metrics.structure_metrics(truth, (completed + 1.0) / 2.0, mask))
-            values.update(evaluation.c2st(hole_crops(x), hole_crops(completed), local=True))
-            if realism:
-                fake_features = evaluation.features(completed)
-                values["fid"] = metrics.frechet_distance(real_features, fake_features)
-            return values
-
-        result = {"held_out": bool(info["held_out"]), "count": len(x)}
-        if realism:
-            result["features"] = evaluation.features_name
-        result.update(score(evaluation.sample_outputs(inputs)["samples"]))
-        known = 1.0 - mask
-        mean_colour = (x * known).sum(axis=(1, 2), keepdims=True) / known.sum(
-            axis=(1, 2), keepdims=True
-        )
-        fill = x * known + mean_colour * mask
-        result.update({f"mean_fill/{k}": v for k, v in score(fill).items()})
-        stage = evaluation.last_stage_with_only(self.reconstruction_terms, "generator")
-        path = evaluation.stage_checkpoint(stage) if stage else None
-        if path is not None:
-            with evaluation.weights_from(path):
-                baseline = evaluation.sample_outputs(inputs)["samples"]
-            prefix = "reconstruction_stage_end"
-            result[f"{prefix}/step"] = evaluation.stage_end_step(stage)
-            result.update({f"{prefix}/{k}": v for k, v in score(baseline).items()})
-        return result
 
 
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with

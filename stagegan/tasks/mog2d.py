@@ -22,7 +22,6 @@ import tensorflow as tf
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import dense
 from stagegan.errors import ConfigError
-from stagegan.evaluation import metrics
 from stagegan.runfolder import pictures
 from stagegan.tasks.base import Task, adversarial_losses, choice, float32, positive
 
@@ -72,7 +71,7 @@ class Mog2D(Task):
         "d_loss": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "reverse_kl"  # its direction: stagegan.evaluation.registry
+    metrics = ("mixture",)  # stagegan.evaluation.builtin
     defaults = {
         "data": {"layout": "ring", "std": None},
         "model": {
@@ -152,8 +151,6 @@ class Mog2D(Task):
     def sample(self, inputs):
         return float32(self.generator(inputs["z"], training=False))
 
-    eval_count = 2500  # as in the VEEGAN and PacGAN papers
-    eval_metrics = ("count", "modes", "modes_total", "high_quality", "reverse_kl")
     sample_count = 1000  # points in a scatter
 
     def picture(self, inputs, outputs, info):
@@ -161,10 +158,3 @@ class Mog2D(Task):
         centres = self.centres.numpy()
         limit = float(np.abs(centres).max()) * 1.5 + 0.2
         return pictures.scatter(outputs["samples"], centres, limit)
-
-    def evaluate(self, evaluation):
-        """Modes captured, share of high-quality samples and reverse KL (`metrics.mode_metrics`)."""
-        inputs, _ = self.sample_inputs(evaluation.count, evaluation.seed)
-        points = evaluation.sample_outputs(inputs)["samples"]
-        coverage = metrics.mode_metrics(points, self.centres.numpy(), self.std)
-        return {"count": len(points), **coverage}

@@ -55,7 +55,7 @@ class Unconditional(ImageTask):
         "d_loss": losses.ACCURACY_TERMS,
         "lecam": regularisers.LECAM_MONITORS,
     }
-    realism_metric = "fid"  # its direction: stagegan.evaluation.registry
+    metrics = ("realism",)  # stagegan.evaluation.builtin
     augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": dict(DATA_DEFAULTS),
@@ -285,36 +285,6 @@ class Unconditional(ImageTask):
         if columns is None:
             return super().picture(inputs, outputs, info)
         return pictures.image_grid(outputs["samples"], columns=columns)
-
-    eval_count = 10000  # FID's usual sample count (fewer when the real split is smaller)
-    eval_metrics = (
-        "count",
-        "fid",
-        "kid",
-        "kid_std",
-        "precision",
-        "recall",
-        "density",
-        "coverage",
-        "c2st",
-        "c2st_std",
-    )
-
-    def uses_features(self, evaluation):
-        return True  # FID/KID: Evaluation.check loads the extractor before training
-
-    def check_eval_count(self, count, key):
-        if count < 4:
-            raise ConfigError(key, f"FID/KID need at least 4 images; {count} are available")
-        super().check_eval_count(count, key)
-
-    def evaluate(self, evaluation):
-        """FID and KID between generated and real images (held out where the source has a
-        split), on the features of `evaluation.features()`; a conditional GAN generates the
-        real images' classes and adds both per class."""
-        if not self.conditional:
-            return evaluation.fid_kid(self)
-        return evaluation.class_fid_kid(self)
 
 
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with

@@ -37,6 +37,7 @@ from stagegan.core.variables import (
     slug,
 )
 from stagegan.errors import ConfigError
+from stagegan.evaluation import registry
 from stagegan.evaluation.registry import settle as settle_metrics
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
@@ -353,7 +354,8 @@ def held_counts(config, task):
     if config.samples is not None:
         counts.append(("samples.count", config.samples.count or task.sample_count))
     if config.eval is not None:
-        counts.append(("eval.count", config.eval.count or task.eval_count))
+        usual = registry.usual_count(registry.task_metrics(task))
+        counts.append(("eval.count", config.eval.count or usual))
     return counts
 
 
