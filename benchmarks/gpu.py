@@ -90,12 +90,18 @@ def measure_layouts(args, table):
 def unstaged_trainer_of(*args):
     """`trainer_of(*args)` whose real batches are drawn in the step, not staged ahead."""
     from stagegan.tasks.base import ImageTask
+    from stagegan.tasks.completion import Completion
+    from stagegan.tasks.unconditional import Unconditional
 
-    previous, ImageTask.staged_input = ImageTask.staged_input, False
+    tasks = (ImageTask, Completion, Unconditional)
+    previous = [task.capabilities for task in tasks]
+    for task in tasks:
+        task.capabilities = task.capabilities - {"staged"}
     try:
         return trainer_of(*args)
     finally:
-        ImageTask.staged_input = previous
+        for task, capabilities in zip(tasks, previous, strict=True):
+            task.capabilities = capabilities
 
 
 def measure_data_wait(args, folder):

@@ -165,7 +165,7 @@ def test_the_tasks_terms_match_numpy(trainers, name, flipped):
     seen_fake = mask
     if flipped:  # xflip on every generated image, on no real one
         ops = AugmentConfig(ops=("xflip",), p=0.5, target=None, speed=1, interval=1, key="a")
-        task.augmenter = Augmenter(ops, 4, "/cpu:0")
+        task.context.augmenter = Augmenter(ops, 4, "/cpu:0")
         k = sum(widths(ops.ops))
         batch["augment_real"] = tf.fill([4, k], 0.9)  # gates off
         batch["augment_fake"] = tf.fill([4, k], 0.1)  # gates on
@@ -173,7 +173,7 @@ def test_the_tasks_terms_match_numpy(trainers, name, flipped):
     try:
         out = task.losses(batch, ["d_adversarial", "g_adversarial", "d_fake_accuracy"])
     finally:
-        task.augmenter = None
+        task.context.augmenter = None
     real_logits = pool(x[..., :1] + 0.5 * mask)
     fake_logits = pool(completed[..., :1] + 0.5 * seen_fake)
     t = pool(seen_fake)

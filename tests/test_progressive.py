@@ -114,14 +114,14 @@ def test_reals_are_area_downsampled_and_blended_by_hand(trained):
     by_stage = {s.name: s for s in trainer.config.stages}
     x4 = x.reshape(2, 4, 2, 4, 2, 3).mean(axis=(2, 4))  # the mean of each 2x2 block
     try:
-        task.stage = by_stage["r4"]
+        task.context.stage = by_stage["r4"]
         np.testing.assert_allclose(growth.reals(x), x4, atol=1e-6)
-        task.stage = by_stage["fade8"]
+        task.context.stage = by_stage["fade8"]
         growth.alpha.assign(0.25)
         blended = 0.75 * x4.repeat(2, axis=1).repeat(2, axis=2) + 0.25 * x
         np.testing.assert_allclose(growth.reals(x), blended, atol=1e-6)
     finally:
-        task.stage = None
+        task.context.stage = None
         growth.alpha.assign(1.0)
 
 
@@ -134,7 +134,7 @@ def test_the_networks_blend_the_two_resolutions_by_alpha(trained):
     x8 = tf.random.stateless_uniform([4, 8, 8, 3], seed=[3, 4], minval=-1, maxval=1)
 
     def at(stage, alpha=1.0, x=x8):
-        task.stage = by_stage[stage]
+        task.context.stage = by_stage[stage]
         growth.alpha.assign(alpha)
         return G(z).numpy(), D(x).numpy()
 
@@ -149,7 +149,7 @@ def test_the_networks_blend_the_two_resolutions_by_alpha(trained):
         _, d_zero = at("fade8", 0.0)
         np.testing.assert_allclose(d_zero, d4, atol=1e-5)  # alpha 0: the 4 px path alone
         # Outside a stage step: the variables' resolution and alpha, upsampled, clipped.
-        task.stage = None
+        task.context.stage = None
         growth.alpha.assign(0.3)
         growth.index.assign(0)
         np.testing.assert_allclose(G(z).numpy(), np.clip(old, -1, 1), atol=1e-5)
@@ -157,7 +157,7 @@ def test_the_networks_blend_the_two_resolutions_by_alpha(trained):
         expected = np.clip(0.7 * old + 0.3 * g8, -1, 1)
         np.testing.assert_allclose(G(z).numpy(), expected, atol=1e-5)
     finally:
-        task.stage = None
+        task.context.stage = None
         growth.index.assign(1)
         growth.alpha.assign(1.0)
 

@@ -99,7 +99,7 @@ def run_steps(trainer):
 
 
 def state(trainer):
-    lecam = trainer.task.lecam
+    lecam = trainer.task.context.lecam
     weights = [v.numpy() for v in trainer.variables]
     return weights, [float(lecam.real.numpy()), float(lecam.fake.numpy())]
 
@@ -125,7 +125,7 @@ def test_averages_in_training_follow_the_logged_means(mog_one_device):
         avg_fake = f if avg_fake is None else 0.5 * avg_fake + 0.5 * f
     _, averages = state(trainer)
     np.testing.assert_allclose(averages, [avg_real, avg_fake], rtol=1e-5)
-    assert int(trainer.task.lecam.count.numpy()) == 6
+    assert int(trainer.task.context.lecam.count.numpy()) == 6
     assert {"lecam_ema_real", "lecam_ema_fake", "lecam_count"} <= set(trainer.trackables())
 
 
@@ -140,7 +140,7 @@ def test_lecam_term_of_the_task_matches_numpy(mog_one_device):
     out = task.losses(batch, ["lecam", "d_real_mean", "d_fake_mean"])
     real = task.discriminator(batch["x"]).numpy()
     fake = task.discriminator(task.generator(batch["z"])).numpy()
-    a_real, a_fake = float(task.lecam.real.numpy()), float(task.lecam.fake.numpy())
+    a_real, a_fake = float(task.context.lecam.real.numpy()), float(task.context.lecam.fake.numpy())
     expected = np.mean(relu(real - a_fake) ** 2) + np.mean(relu(a_real - fake) ** 2)
     assert float(out["lecam"]) == pytest.approx(expected, rel=1e-5)
     assert float(out["d_real_mean"]) == pytest.approx(real.mean(), rel=1e-5)
@@ -325,7 +325,11 @@ def test_completion_scores_real_against_completed_images():
         "samples": None,
     }
     task = Trainer(parse_config(raw)).task
-    task.lecam.real.assign(0.1), task.lecam.fake.assign(-0.1), task.lecam.count.assign(1)
+    (
+        task.context.lecam.real.assign(0.1),
+        task.context.lecam.fake.assign(-0.1),
+        task.context.lecam.count.assign(1),
+    )
     batch = to_replica_floats(task.batch(4))  # as a replica receives it
     out = task.losses(batch, ["lecam", "bcr"])
     x = batch["x"].numpy()

@@ -157,7 +157,8 @@ def test_a_staged_run_trains_exactly_as_an_unstaged_one_with_data_where_it_belon
     assert casts and {c[-5:] for c in casts} == {"CPU:2", "CPU:3"}
     weights = run(staged)
 
-    monkeypatch.setattr(type(staged.task), "staged_input", False)
+    unstaged_capabilities = type(staged.task).capabilities - {"staged"}
+    monkeypatch.setattr(type(staged.task), "capabilities", unstaged_capabilities)
     unstaged = Trainer(config(files, towers))
     assert unstaged.staging is None
     for a, b in zip(weights, run(unstaged), strict=True):

@@ -85,7 +85,6 @@ class ToyTask(Task):
         return self.generator(inputs["z"], training=False)
 
 
-
 @register_metric("gap", mode="min")
 def gap(evaluation):
     """L1 distance between the mean of G's outputs on `EVAL_Z` and the data mean."""

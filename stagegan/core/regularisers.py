@@ -193,11 +193,28 @@ def build(task, updates, device=None):
     return lecam, consistency
 
 
+def observe(context, terms, applied):
+    """After an update applies (traced, on the variable device): `terms` are its loss and
+    monitor terms averaged over replicas, `applied` a bool tensor (False: skipped by the NaN
+    guard or by `every`); moves LeCam's averages (`context`: the task's `Context`)."""
+    if context.lecam is not None:
+        context.lecam.observe(terms, applied)
+
+
+def term_state(context, terms):
+    """The checkpointed state of loss terms `terms`, `{name: variable}`: restored by a
+    rollback with the networks, started fresh by a resume that appends the first stages
+    using them (a task's `trackables` is what moves on: a data position)."""
+    if context.lecam is not None and "lecam" in terms:
+        return context.lecam.trackables()
+    return {}
+
+
 def discriminator_terms(task, terms, batch, outputs, scorers, images):
     """The regularisers' requested terms (and LeCam's monitors) of one shard.
 
     Args:
-        task: has `lecam` and `consistency` (`Task.prepare`).
+        task: its `context` has `lecam` and `consistency` (`build`).
         terms: the requested terms.
         batch: the shard (with `bcr_real` and `bcr_fake` when bCR is on).
         outputs: `(real, fake)`: the discriminator's float32 outputs on the shard's real and
@@ -211,19 +228,19 @@ def discriminator_terms(task, terms, batch, outputs, scorers, images):
     if requested & {"lecam", *LECAM_MONITORS}:
         out.update(zip(LECAM_MONITORS, (tf.reduce_mean(o) for o in outputs), strict=True))
     if "lecam" in requested:
-        if task.lecam is None:
+        if task.context.lecam is None:
             raise RuntimeError("lecam requested but Task.prepare made no LeCam state")
-        out["lecam"] = task.lecam.penalty(*outputs)
+        out["lecam"] = task.context.lecam.penalty(*outputs)
     wanted = requested & set(BCR_TERMS)
     if wanted:
-        if task.consistency is None:
+        if task.context.consistency is None:
             raise RuntimeError("bcr requested but Task.prepare made no transform")
         halves = {}
         for side, output, score, samples in zip(
             ("real", "fake"), outputs, scorers, images, strict=True
         ):
             if wanted & {"bcr", f"bcr_{side}"}:
-                moved = task.consistency(samples, batch[f"bcr_{side}"])
+                moved = task.context.consistency(samples, batch[f"bcr_{side}"])
                 halves[f"bcr_{side}"] = consistency_loss(output, score(moved))
         if "bcr" in wanted:
             out["bcr"] = halves["bcr_real"] + halves["bcr_fake"]

@@ -1,9 +1,9 @@
 """Real batches drawn one step ahead into a buffer on the device that consumes them.
 
-A task whose real batches are read on the host (`Task.staged_input`: a tf.data iterator, or a
-gather from images held in host memory) would otherwise make every step wait for the read
-and the host-to-device copy before its first layer runs. `Staging` keeps the next global
-batch in variables on the step's draw device (`Placement.variables`: the GPU in the
+A task whose real batches are read on the host ("staged" in `Task.capabilities`: a tf.data
+iterator, or a gather from images held in host memory) would otherwise make every step wait
+for the read and the host-to-device copy before its first layer runs. `Staging` keeps the next
+global batch in variables on the step's draw device (`Placement.variables`: the GPU in the
 one-GPU layout): a step consumes the batch that is already there and, in the same step
 function, reads and copies the following one into the buffer. The two share no data, so
 TensorFlow's executor runs the read and copy while the networks compute (the `StagingArea`

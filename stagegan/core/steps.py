@@ -120,7 +120,8 @@ class StageStep:
             (`augment/p`, `augment/rt`), and every applied update that reports
             `d_real_accuracy` (a discriminator update) feeds its adaptive p.
         observe: optional `(terms, applied) -> None`, traced in after each update's
-            application on the variable device, with its averaged terms (`Task.observe`).
+            application on the variable device, with its averaged terms
+            (`regularisers.observe`).
         before_step: optional `(stage_step) -> None`, traced in first on the variable device
             (`Task.begin_step`: progressive growing's alpha).
     """

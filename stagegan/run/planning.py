@@ -41,10 +41,10 @@ def describe_evaluation(trainer):
     return [f"evaluation: {'; '.join(when)}; {samples}: {shown or 'as the task computes'}"]
 
 
-def describe_networks(task, scopes):
-    """The plan's lines on each network: its architecture (the task's words for its built-in
-    ones) and trainable parameters; the discriminator's packing and spectral norm."""
-    words = task.describe_networks()
+def describe_networks(task, words, scopes):
+    """The plan's lines on each network: its architecture (the task's `words` for its
+    built-in ones) and trainable parameters; the discriminator's packing and spectral
+    norm."""
     pack, norm = task.pack, task.model.get("spectral_norm")
     extra = [f"packs {pack} samples per input (PacGAN)"] if pack > 1 else []
     extra += ["spectral normalisation"] if norm else []
@@ -95,8 +95,9 @@ def describe_plan(trainer):
         )
     )
     lines += describe_data(trainer.task)
-    lines += trainer.task.describe_inputs()
-    lines += describe_networks(trainer.task, scopes)
+    description = trainer.task.describe(config.stages)
+    lines += description.inputs
+    lines += describe_networks(trainer.task, description.networks, scopes)
     if config.ema is not None:
         ema = config.ema
         lines.append(
@@ -121,7 +122,7 @@ def describe_plan(trainer):
             if warning is not None:
                 lines.append(f"  warning: {warning}")
         lines += describe_augment(stage, config)
-        lines += trainer.task.describe_stage(stage)
+        lines += description.stages.get(stage.name, [])
         for plan in stage_step.plans:
             update = plan.update
             loss = " + ".join(f"{w:g}*{t}" for t, w in update.loss)
@@ -165,7 +166,7 @@ def describe_augment(stage, config):
 
 def describe_data(task):
     """The data lines of a plan: the source, and the classes with their image counts."""
-    source = task.source
+    source = task.source if "images" in task.capabilities else None
     if source is None:
         return []
     options = source.options

@@ -331,8 +331,8 @@ def appended_objects(trainer, kept):
     for stage in stages[kept:]:
         if stage.augment is not None and stage.augment.key not in old_augment:
             fresh.update(trainer.augmenters[stage.augment.key].trackables())
-    old_state = trainer.task.term_state(trainer.config.used_terms(stages[:kept]))
-    fresh.update(set(trainer.task.term_state(trainer.config.used_terms())) - set(old_state))
+    old_state = trainer.term_state(trainer.config.used_terms(stages[:kept]))
+    fresh.update(set(trainer.term_state(trainer.config.used_terms())) - set(old_state))
     return fresh
 
 

@@ -22,14 +22,18 @@ variables that a stage's patterns select.
         def sample(self, inputs):            # inputs from random_inputs -> outputs
             ...
 
-Pictures, exports and metrics have defaults that suit image and 2-D point outputs; a task
-overrides `sample_inputs`, `sample_outputs`, `picture`, `export` or `evaluate` to do better
-(see `stagegan.tasks.completion`).
+Pictures and exports have defaults that suit image and 2-D point outputs; a task overrides
+`sample_inputs`, `sample_outputs`, `picture` or `export` to do better (see
+`stagegan.tasks.completion`). A task names its metrics (`metrics`) and computes none of
+them (`stagegan.evaluation.registry`). What the trainer tells the task about the run it
+serves is in `task.context` (`Context`).
 """
 
 import copy
+import dataclasses
 import math
 from functools import partial
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -90,6 +94,75 @@ def make_generator(seed, stream):
     return tf.random.Generator.from_key_counter(key=seed, counter=[0, stream], alg="philox")
 
 
+class Sizes(NamedTuple):
+    """What a task's networks and samples hold (`Task.sizes`)."""
+
+    parameters: list
+    activations: list
+    sample: object  # floats, or None: unknown yet
+    sample_keys: tuple
+
+
+def measured_sample(task):
+    """The floats of one sample's inputs and outputs, measured (from a seed of its own: the
+    run's streams are untouched); None before the networks are built, or for a task that
+    cannot sample yet (its counts unchecked)."""
+    if not task.networks:
+        return None
+    try:
+        inputs, _ = task.sample_inputs(1, 0)
+        arrays = [*inputs.values(), *task.sample_outputs(inputs).values()]
+    except Exception:  # noqa: BLE001 - a task that cannot sample yet: its counts unchecked
+        return None
+    return sum(int(np.size(array)) for array in arrays)
+
+
+class Description(NamedTuple):
+    """What `plan` says of a task (`Task.describe`)."""
+
+    networks: dict  # {scope: one line}
+    inputs: list  # lines
+    stages: dict  # {stage name: lines}
+
+
+@dataclasses.dataclass
+class Context:
+    """What the trainer tells a task about the run it serves: set before `build`, and while
+    a stage's step traces. A task reads it; only the trainer writes it.
+
+    Attributes:
+        batch_size: the global batch size.
+        host: where an in-memory data set is held and its batches gathered (the host CPU).
+        reader: where a stream's iterator lives (None: the builder's device scope). Under
+            `parameter_server` both are the chief: the one machine that needs the data.
+        stage: the `config.Stage` whose step traces, else None.
+        augmenter: that stage's `augment.Augmenter` while its step traces, else None.
+        lecam: `regularisers.LeCam` when an update trains on `lecam`, else None.
+        consistency: `regularisers.Consistency` when one trains on a `bcr` term, else None.
+    """
+
+    batch_size: int = None
+    host: str = "/CPU:0"
+    reader: object = None
+    stage: object = None
+    augmenter: object = None
+    lecam: object = None
+    consistency: object = None
+
+    def augment(self, images, batch, side, m=1):
+        """The images a discriminator is about to see, through the stage's augmentation
+        (`augment:`; unchanged without one). `side` is "real" or "fake": which of the batch's
+        random numbers to use (`batch["augment_real"]`, one row per image of the shard).
+        `m`: the images are packs of m (`stagegan.core.layers.pack`); each image of a pack
+        is augmented on its own."""
+        if self.augmenter is None:
+            return images
+        uniforms = batch[f"augment_{side}"]
+        if m == 1:
+            return self.augmenter(images, uniforms)
+        return pack(self.augmenter(unpack(images, m), uniforms), m)
+
+
 class Task:
     """Base class of tasks. See the module docstring for the interface.
 
@@ -105,26 +178,15 @@ class Task:
     # `until:` conditions can test: {loss term: (monitor, ...)}.
     monitor_terms = {}
     defaults = {"data": {}, "model": {}, "loss": {}}
-    batch_size = None  # the global batch size; set by the trainer before build()
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
-    # Where an in-memory data set is held and its batches gathered (the host CPU), and where
-    # a stream's iterator lives (None: the builder's device scope). Under `parameter_server`
-    # the trainer sets both to the chief: the one machine that needs the data.
-    host = "/CPU:0"
-    reader = None
-    augments = False  # whether `augment:` applies (the task calls `augment` on D's inputs)
-    augmenter = None  # the stage's `augment.Augmenter` while its step traces, else None
-    stage = None  # the `config.Stage` whose step traces, else None
-    lecam = None  # `regularisers.LeCam` when an update trains on `lecam` (see `prepare`)
-    consistency = None  # `regularisers.Consistency` when one trains on a `bcr` term
-    # Whether `real_batch` reads on the host (tf.data, host memory): the trainer then draws
-    # it a step ahead into a buffer on the device (`stagegan.core.staging`) and calls
-    # `batch(batch_size, real=...)` with it; `real_batch` must then depend only on its reader
-    # and `rngs.data`. A uint8 `x` (images in [0, 255]) reaches `losses` as float32 in
-    # [-1, 1], converted on each replica's device.
-    staged_input = False
     # Optional capabilities, declared by the tasks that have them (the trainer and the doors
     # read this set; they never probe for members):
+    #   "staged":  `real_batch` reads on the host (tf.data, host memory): the trainer draws
+    #              it a step ahead into a buffer on the device (`stagegan.core.staging`) and
+    #              calls `batch(batch_size, real=...)` with it; `real_batch` must then depend
+    #              only on its reader and `rngs.data`. A uint8 `x` (images in [0, 255])
+    #              reaches `losses` as float32 in [-1, 1], converted on each replica's device;
+    #   "augments": `augment:` applies (the task passes D's inputs to `context.augment`);
     #   "images":  `real`, `source`, `classes`: real images from `data.source`
     #              (evaluations in image features, `--features selfsup`);
     #   "inputs":  `inputs_for_images`: `sample --input DIR` completes the user's images;
@@ -136,7 +198,6 @@ class Task:
     # The metrics `stagegan eval` computes: names declared in `stagegan.evaluation.registry`
     # (a family such as "realism", or a metric of one's own, `stagegan.register_metric`).
     metrics = ()
-    source = None  # the `stagegan.data.sources.ImageSource` of a task with "images", once built
 
     def __init__(self, options, rngs):
         self.rngs = rngs
@@ -146,57 +207,25 @@ class Task:
         self.loss = self.options["loss"]
         regularisers.check_options(self.loss)
         self.networks = {}
+        self.context = Context()
 
     def prepare(self, updates, device=None):
-        """Make the state that the run's loss terms need, before `build`.
+        """Make the state that the task's own schedule or loss terms need, before `build`
+        (progressive growing's resolution and alpha), and refuse updates it cannot serve.
 
         The trainer calls it once, with every `config.Update` of the run, on the variable
         device (`device`) and outside any distribution strategy's scope, so the state is
-        plain variables there, as `augment:`'s are. The default makes LeCam's averages and
-        bCR's transform (`stagegan.core.regularisers`) when an update trains on those terms.
+        plain variables there, as `augment:`'s are (and the regularisers', in `context`).
+        The default does nothing.
 
         Raises:
-            ConfigError: a negative weight on a penalty that needs state.
+            ConfigError: an update the task cannot serve.
         """
-        self.lecam, self.consistency = regularisers.build(self, updates, device)
-
-    def observe(self, terms, applied):
-        """After an update applies (traced, on the variable device): `terms` are its loss and
-        monitor terms averaged over replicas, `applied` a bool tensor (False: skipped by the
-        NaN guard or by `every`). The default moves LeCam's averages."""
-        if self.lecam is not None:
-            self.lecam.observe(terms, applied)
-
-    def term_state(self, terms):
-        """The checkpointed state of loss terms `terms`, `{name: variable}`: restored by a
-        rollback with the networks, started fresh by a resume that appends the first stages
-        using them (`trackables` is what moves on: a data position)."""
-        if self.lecam is not None and "lecam" in terms:
-            return self.lecam.trackables()
-        return {}
-
-    def check_stages(self, stages):
-        """Refuse stage settings the task has no use for (`resolution`, `fade_in`: progressive
-        growing, `model.arch: progressive` of the image GANs)."""
-        for stage in stages:
-            for key in ("resolution", "fade_in"):
-                if getattr(stage, key):
-                    raise ConfigError(
-                        f"{stage.key}.{key}",
-                        "applies to progressive growing only (task unconditional with "
-                        f"model.arch: progressive; this run: task {self.name}"
-                        + (f", arch {self.model.get('arch')}" if self.model.get("arch") else "")
-                        + ")",
-                    )
 
     def begin_step(self, stage, stage_step):
         """Traced at the start of every step of `stage` (on the variable device), with its
         stage step (int64 tensor): state that follows the schedule (progressive growing's
         alpha). The default does nothing."""
-
-    def describe_stage(self, stage):
-        """Lines `plan` adds under a stage (progressive growing's resolution and alpha)."""
-        return []
 
     def build(self):
         """Build the networks; returns `{scope: keras.Model}`."""
@@ -215,8 +244,8 @@ class Task:
         `real_batch`'s) and random inputs (and bCR's random numbers, when it is on)."""
         real = self.real_batch(batch_size) if real is None else real
         batch = {**real, **self.random_inputs(batch_size)}
-        if self.consistency is not None:
-            batch.update(self.consistency.draw(self.rngs.augment, batch_size))
+        if self.context.consistency is not None:
+            batch.update(self.context.consistency.draw(self.rngs.augment, batch_size))
         return batch
 
     def losses(self, batch, terms):
@@ -227,27 +256,27 @@ class Task:
         """Generator outputs for `inputs` (as drawn by `random_inputs`)."""
         raise NotImplementedError
 
-    def augment(self, images, batch, side, m=1):
-        """The images a discriminator is about to see, through the stage's augmentation
-        (`augment:`; unchanged without one). `side` is "real" or "fake": which of the batch's
-        random numbers to use (`batch["augment_real"]`, one row per image of the shard).
-        `m`: the images are packs of m (`stagegan.core.layers.pack`); each image of a pack is
-        augmented on its own."""
-        if self.augmenter is None:
-            return images
-        uniforms = batch[f"augment_{side}"]
-        if m == 1:
-            return self.augmenter(images, uniforms)
-        return pack(self.augmenter(unpack(images, m), uniforms), m)
-
     def trackables(self):
-        """Extra objects to checkpoint (e.g. a data iterator); the state of loss terms is
-        `term_state`'s."""
+        """Extra objects to checkpoint (e.g. a data iterator); the state of loss terms is the
+        trainer's (`regularisers.term_state`)."""
         return {}
 
-    def check_shard(self, batch_size, replicas):
-        """Refuse a packing degree that does not divide each replica's shard of the batch
-        (packs are formed inside each shard, so that no pack spans two devices)."""
+    def check(self, stages, batch_size, replicas):
+        """Refuse what the task cannot serve, before it is built: stage settings it has no use
+        for (`resolution`, `fade_in`: progressive growing, `model.arch: progressive` of the
+        image GANs), and a packing degree that does not divide each replica's shard of the
+        global batch (packs are formed inside each shard, so that no pack spans two
+        devices)."""
+        for stage in stages:
+            for key in ("resolution", "fade_in"):
+                if getattr(stage, key):
+                    raise ConfigError(
+                        f"{stage.key}.{key}",
+                        "applies to progressive growing only (task unconditional with "
+                        f"model.arch: progressive; this run: task {self.name}"
+                        + (f", arch {self.model.get('arch')}" if self.model.get("arch") else "")
+                        + ")",
+                    )
         shard = batch_size // replicas
         if shard % self.pack:
             raise ConfigError(
@@ -259,30 +288,20 @@ class Task:
 
     # Memory ----------------------------------------------------------------------------------
 
-    def network_sizes(self):
-        """What the task's own networks hold, for the memory check before they are built:
-        `(parameters, activations)`, each a list of `(keys, count)`: the parameters that
-        grow with the options `keys` (e.g. `(("model.width",), 2_000_000)`), and the floats
-        that one example's forward pass keeps for the backward pass, by the options they
-        grow with. Networks that `model.generator`/`model.discriminator` replace are left
-        out. The default, `([], [])`: a task that does not say (nothing is checked)."""
-        return [], []
+    def sizes(self):
+        """What the task's networks and samples hold, for the memory check before they are
+        built: `Sizes(parameters, activations, sample, sample_keys)`.
 
-    sample_keys = ()  # the options a sample's size grows with (`sample_floats`)
-
-    def sample_floats(self):
-        """Floats that one sample's inputs and outputs hold (for `samples.count`, `sample
-        --num`, `eval.count` and `--count`), which grow with `sample_keys`; None: unknown
-        yet. The default measures one sample once the networks are built (from a seed of
-        its own: the run's streams are untouched)."""
-        if not self.networks:
-            return None
-        try:
-            inputs, _ = self.sample_inputs(1, 0)
-            arrays = [*inputs.values(), *self.sample_outputs(inputs).values()]
-        except Exception:  # noqa: BLE001 - a task that cannot sample yet: its counts unchecked
-            return None
-        return sum(int(np.size(array)) for array in arrays)
+        `parameters` and `activations` are lists of `(keys, count)`: the parameters that grow
+        with the options `keys` (e.g. `(("model.width",), 2_000_000)`), and the floats that
+        one example's forward pass keeps for the backward pass, by the options they grow
+        with; networks that `model.generator`/`model.discriminator` replace are left out.
+        `sample`: the floats one sample's inputs and outputs hold (for `samples.count`,
+        `sample --num`, `eval.count` and `--count`), which grow with the options
+        `sample_keys`; None: unknown yet. The default says nothing of the networks (nothing
+        is checked) and measures one sample once the networks are built (`measured_sample`).
+        """
+        return Sizes([], [], measured_sample(self), ())
 
     def check_memory(self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size"):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
@@ -306,7 +325,8 @@ class Task:
         """
         from stagegan.config.memory import check_memory, format_count
 
-        parameters, activations = self.network_sizes()
+        sizes = self.sizes()
+        parameters, activations = sizes.parameters, sizes.activations
         counts, batch_key = list(counts), "batch_size"
         if chunk is not None and counts:
             chunk = min(chunk, max(count for _, count in counts))
@@ -328,10 +348,10 @@ class Task:
             ((batch_key, *keys), batch_size * count * ACTIVATION_BYTES, words)
             for keys, count in activations
         ]
-        per_sample = self.sample_floats() if counts else 0
+        per_sample = sizes.sample if counts else 0
         for key, count in counts if per_sample is not None else ():
             words = f"{format_count(count)} samples held at once ({key})"
-            parts.append(((key, *self.sample_keys), count * per_sample * SAMPLE_BYTES, words))
+            parts.append(((key, *sizes.sample_keys), count * per_sample * SAMPLE_BYTES, words))
 
         if not parts:  # a task that says nothing of its sizes, before its networks exist
             return False
@@ -358,19 +378,13 @@ class Task:
         (logged at the start, recorded in the run's config.yaml, shown by `plan`)."""
         return []
 
-    def describe_inputs(self):
-        """The plan's lines on the task's random inputs beyond latents (completion: its
-        holes); the default: none."""
-        return []
-
-    def describe_networks(self):
-        """`{scope: one line}` on the architecture of the task's own networks, for `plan`
-        (the default: nothing to say)."""
-        return {}
-
-    def builds_own(self, scope):
-        """Whether network `scope` is the task's own (no `model.<scope>` names a builder)."""
-        return self.model.get(scope) is None
+    def describe(self, stages):
+        """What `plan` says of the task, for a run of `stages`: `Description(networks,
+        inputs, stages)`: `{scope: one line}` on the architecture of the task's own networks,
+        lines on its random inputs beyond latents (completion's holes), and `{stage name:
+        lines}` under each stage (progressive growing's resolution and alpha). The default:
+        nothing to say."""
+        return Description({}, [], {})
 
     # Samples ---------------------------------------------------------------------------------
 
@@ -416,53 +430,59 @@ class Task:
         samples = outputs["samples"]
         return (samples + 1.0) / 2.0 if samples.ndim == 4 else samples
 
-    def build_network(self, scope, default, inputs, output):
-        """Build network `scope` under `keras.name_scope(scope)` and check its shapes.
 
-        The builder is `model.<scope>` when the config names one (`package.module:function`),
-        else `default`; either is called as `builder(task)` and returns a `keras.Model`.
+def build_network(task, scope, default, inputs, output):
+    """Build network `scope` under `keras.name_scope(scope)` and check its shapes.
 
-        Args:
-            scope: "generator" or "discriminator": also the variable scope.
-            default: the task's own builder.
-            inputs: the input shape without the batch axis, or a list of them.
-            output: the expected output shape without the batch axis.
-        """
-        from stagegan.config.objects import call_user, load_object
+    The builder is `model.<scope>` when the config names one (`package.module:function`),
+    else `default`; either is called as `builder(task)` and returns a `keras.Model`.
 
-        key = f"model.{scope}"
-        path = self.model.get(scope)
-        if path is None:
-            builder = default
-        elif isinstance(path, str):
-            builder = load_object(path, key)
-        else:
-            raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
-        label = path or f"the built-in {scope}"
-        # The built-in networks are called plainly: a bug there keeps its traceback.
-        call = (lambda f, *a, **k: f(*a, **k)) if path is None else partial(call_user, key, label)
-        with keras.name_scope(scope):
-            network = call(builder, self)
-        if not isinstance(network, keras.Model):
-            raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
-        several = isinstance(inputs, list)
-        zeros = [tf.zeros((1, *shape)) for shape in (inputs if several else [inputs])]
-        try:
-            result = call(network, zeros if several else zeros[0], training=False)
-        except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-            raise ConfigError(
-                key, f"{label} cannot take inputs of shape {inputs}: {first_line(e)}"
-            ) from None
-        except ConfigError as e:
-            raise ConfigError(
-                key, f"{label} cannot take inputs of shape {inputs}: {e.message}"
-            ) from None
-        got = tuple(np.shape(result))[1:]
-        if got != tuple(output) and not (tuple(output) == (1,) and got == ()):
-            raise ConfigError(
-                key, f"{label} maps {inputs} to shape {list(got)}; the task needs {list(output)}"
-            )
-        return network
+    Args:
+        scope: "generator" or "discriminator": also the variable scope.
+        default: the task's own builder.
+        inputs: the input shape without the batch axis, or a list of them.
+        output: the expected output shape without the batch axis.
+    """
+    from stagegan.config.objects import call_user, load_object
+
+    key = f"model.{scope}"
+    path = task.model.get(scope)
+    if path is None:
+        builder = default
+    elif isinstance(path, str):
+        builder = load_object(path, key)
+    else:
+        raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
+    label = path or f"the built-in {scope}"
+    # The built-in networks are called plainly: a bug there keeps its traceback.
+    call = (lambda f, *a, **k: f(*a, **k)) if path is None else partial(call_user, key, label)
+    with keras.name_scope(scope):
+        network = call(builder, task)
+    if not isinstance(network, keras.Model):
+        raise ConfigError(key, f"{label} returned {type(network).__name__}, not a keras.Model")
+    several = isinstance(inputs, list)
+    zeros = [tf.zeros((1, *shape)) for shape in (inputs if several else [inputs])]
+    try:
+        result = call(network, zeros if several else zeros[0], training=False)
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+        raise ConfigError(
+            key, f"{label} cannot take inputs of shape {inputs}: {first_line(e)}"
+        ) from None
+    except ConfigError as e:
+        raise ConfigError(
+            key, f"{label} cannot take inputs of shape {inputs}: {e.message}"
+        ) from None
+    got = tuple(np.shape(result))[1:]
+    if got != tuple(output) and not (tuple(output) == (1,) and got == ()):
+        raise ConfigError(
+            key, f"{label} maps {inputs} to shape {list(got)}; the task needs {list(output)}"
+        )
+    return network
+
+
+def builds_own(task, scope):
+    """Whether network `scope` is `task`'s own (no `model.<scope>` names a builder)."""
+    return task.model.get(scope) is None
 
 
 class ImageTask(Task):
@@ -470,8 +490,9 @@ class ImageTask(Task):
     `ImageSource` and serves its global batches as `{"x": uint8 images}`, which `losses`
     receives as float32 in [-1, 1]. Subclasses call `build_source()` at the start of `build()`."""
 
-    staged_input = True  # batches read on the host: drawn a step ahead (stagegan.core.staging)
-    capabilities = frozenset({"images"})
+    # batches read on the host: drawn a step ahead (stagegan.core.staging)
+    capabilities = frozenset({"images", "staged"})
+    source = None  # the `stagegan.data.sources.ImageSource`, once built
     _real = None  # `real`, once made
     recorded_clusters = None  # the run's own clusters (a resume, sample, eval; the trainer's)
     channels_decided = None  # with `data.channels: auto`: what decided it (`decide_channels`)
@@ -490,24 +511,23 @@ class ImageTask(Task):
             options = {**options, "data": {**data, "channels": channels}}
         super().__init__(options, rngs)
 
-    sample_keys = ("data.size",)
-
     def decided_options(self):
         if self.channels_decided is None:
             return []
         return [("data.channels", self.data["channels"], self.channels_decided)]
 
-    def sample_floats(self):
-        """An image's floats (subclasses with more inputs or outputs say so)."""
-        return self.data["size"] ** 2 * self.data["channels"]
+    def sizes(self):
+        """An image's floats for a sample (subclasses with more inputs or outputs, and those
+        that know their networks' sizes, say so)."""
+        return Sizes([], [], self.data["size"] ** 2 * self.data["channels"], ("data.size",))
 
     def build_source(self):
         self.source = ImageSource(
             self.data,
             self.rngs.seed,
-            self.batch_size,
-            self.host,
-            self.reader,
+            self.context.batch_size,
+            self.context.host,
+            self.context.reader,
             self.recorded_clusters,
         )
 
@@ -563,7 +583,7 @@ def adversarial_losses(task, batch, terms):
     def critic_of(labels, side):
         # Augmentation (`augment:`) comes first, so penalties differentiate with respect to
         # the un-augmented images, as ADA's R1 does.
-        seen = lambda packed: task.augment(packed, batch, side, m)
+        seen = lambda packed: task.context.augment(packed, batch, side, m)
         if not conditional:
             return lambda packed: float32(task.discriminator(seen(packed), training=True))
         packed_labels = tf.reshape(labels, [-1, m])

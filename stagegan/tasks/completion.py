@@ -75,14 +75,25 @@ from stagegan.data import masks
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
-from stagegan.tasks.base import NOISE_STREAM, ImageTask, choice, float32, make_generator, positive
+from stagegan.tasks.base import (
+    NOISE_STREAM,
+    Description,
+    ImageTask,
+    Sizes,
+    build_network,
+    builds_own,
+    choice,
+    float32,
+    make_generator,
+    positive,
+)
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
 
 
 class Completion(ImageTask):
     name = "completion"
-    capabilities = ImageTask.capabilities | {"inputs"}
+    capabilities = ImageTask.capabilities | {"inputs", "augments"}
     loss_terms = (
         "reconstruction",
         "reconstruction_l1",
@@ -101,7 +112,6 @@ class Completion(ImageTask):
         "lecam": regularisers.LECAM_MONITORS,
     }
     metrics = ("completion",)  # stagegan.evaluation.builtin
-    augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": {
             **DATA_DEFAULTS,
@@ -218,7 +228,10 @@ class Completion(ImageTask):
                 f"expected 'package.module:function'. Received: {network!r}",
             )
 
-    def describe_inputs(self):
+    def describe(self, stages):
+        return Description(self.describe_networks(), [f"holes: {self.describe_holes()}"], {})
+
+    def describe_holes(self):
         d = self.data
         if d["masks"] is not None:
             count = "" if self.mask_bank is None else f"{len(self.mask_bank):,} "
@@ -229,16 +242,16 @@ class Completion(ImageTask):
         else:
             holes = {"box": "LaMa's boxes", "wide": "LaMa's wide masks (strokes or boxes)"}
             holes = holes[d["holes"]]
-        return [f"holes: {holes}"]
+        return holes
 
     def describe_networks(self):
         lines = {}
-        if self.builds_own("generator"):
+        if builds_own(self, "generator"):
             rates = ", ".join(str(r) for r in self.model["dilations"])
             lines["generator"] = f"GLCIC encoder-decoder, dilation rates {rates}" + (
                 ", gated convolutions" if self.model["gated"] else ""
             )
-        if self.builds_own("discriminator"):
+        if builds_own(self, "discriminator"):
             kind = self.model["discriminator_type"]
             lines["discriminator"] = (
                 "PatchGAN on the image and its mask" if kind == "patch" else "GLCIC global + local"
@@ -249,12 +262,12 @@ class Completion(ImageTask):
             lines["discriminator"] = f"{line}, fake target: the hole (LaMa)"
         return lines
 
-    def network_sizes(self):
+    def sizes(self):
         size, width, crop = self.size, self.model["width"], self.crop
         dilated = len(self.model["dilations"])
         parameters, activations = [], []
         image = ("model.width", "data.size")
-        if self.builds_own("generator"):
+        if builds_own(self, "generator"):
             # 3x3 convolutions: in and out widths in units of `width` (see `generator`).
             units = 2 + 8 + 16 * (dilated + 1) + 8 + 8 + 2 + 2
             units *= 2 if self.model["gated"] else 1  # a gate beside each convolution
@@ -262,18 +275,16 @@ class Completion(ImageTask):
             quarter = (size // 4) ** 2 * 4 * width
             floats = size * size * width * 3 + quarter * (dilated + 3)
             activations += [(image, floats + (size // 2) ** 2 * 2 * width * 4)]
-        if self.builds_own("discriminator"):
+        if builds_own(self, "discriminator"):
             # 5x5 convolutions of the global and local branches (4x4 of the patch one).
             units = 2 * (1 + 2 + 8) + 8
             flat = ((size // 8) ** 2 * 4 + (crop // 4) ** 2 * 2) * 64
             parameters += [(("model.width",), 25 * width * width * units)]
             parameters += [(image, width * flat)]
             activations += [(image, (size * size + crop * crop) * width)]
-        return parameters, activations
-
-    def sample_floats(self):
-        # the image with its hole, the mask, the completion and the image whole
-        return 4 * super().sample_floats()
+        # a sample: the image with its hole, the mask, the completion and the image whole
+        image_floats, keys = super().sizes()[2:]
+        return Sizes(parameters, activations, 4 * image_floats, keys)
 
     def prepare(self, updates, device=None):
         super().prepare(updates, device)
@@ -298,16 +309,21 @@ class Completion(ImageTask):
             self.mask_bank, _ = masks.load_masks(folder, self.size)
         self.build_source()
         size, channels, crop = self.size, self.data["channels"], self.crop
-        self.generator = self.build_network(
-            "generator", generator, (size, size, channels + 1), (size, size, channels)
+        self.generator = build_network(
+            self, "generator", generator, (size, size, channels + 1), (size, size, channels)
         )
         if self.model["discriminator_type"] == "patch":
             side = patch_side(size)
-            self.discriminator = self.build_network(
-                "discriminator", patch_discriminator, (size, size, channels + 1), (side, side, 1)
+            self.discriminator = build_network(
+                self,
+                "discriminator",
+                patch_discriminator,
+                (size, size, channels + 1),
+                (side, side, 1),
             )
         else:
-            self.discriminator = self.build_network(
+            self.discriminator = build_network(
+                self,
                 "discriminator",
                 discriminator,
                 [(size, size, channels), (crop, crop, channels)],
@@ -405,7 +421,7 @@ class Completion(ImageTask):
         through the stage's augmentation first (`augment:`, with the batch's random numbers
         of `side`); the GLCIC discriminator also sees their crops at the batch's
         `crop_offset`, the patch discriminator the batch's holes."""
-        images = self.augment(images, batch, side)
+        images = self.context.augment(images, batch, side)
         if self.model["discriminator_type"] == "patch":
             return tf.concat([images, self.seen_mask(batch, side)], -1)
         return [images, self.crops(images, batch["crop_offset"])]
@@ -415,10 +431,10 @@ class Completion(ImageTask):
         sees them: moved with the images by the spatial ops of the stage's augmentation (the
         same numbers of `side`), in [0, 1]."""
         mask = batch["mask"] if mask is None else mask
-        if self.augmenter is None:
+        if self.context.augmenter is None:
             return mask
         uniforms = batch[f"augment_{side}"]
-        moved = self.augmenter(mask, uniforms, spatial_only=True)
+        moved = self.context.augmenter(mask, uniforms, spatial_only=True)
         return tf.clip_by_value(moved, 0.0, 1.0)
 
     def hole_target(self, batch, logits):

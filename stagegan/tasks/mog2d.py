@@ -23,7 +23,16 @@ from stagegan.core import losses, regularisers
 from stagegan.core.layers import dense
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
-from stagegan.tasks.base import Task, adversarial_losses, choice, float32, positive
+from stagegan.tasks.base import (
+    Sizes,
+    Task,
+    adversarial_losses,
+    build_network,
+    builds_own,
+    choice,
+    float32,
+    positive,
+)
 
 LAYOUT_STD = {"ring": 0.01, "grid": 0.05}
 
@@ -103,13 +112,13 @@ class Mog2D(Task):
 
     def build(self):
         latent = (self.model["latent_dim"],)
-        self.generator = self.build_network("generator", generator, latent, (2,))
+        self.generator = build_network(self, "generator", generator, latent, (2,))
         packed = (2 * self.pack,)
-        self.discriminator = self.build_network("discriminator", discriminator, packed, (1,))
+        self.discriminator = build_network(self, "discriminator", discriminator, packed, (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
-    def network_sizes(self):
+    def sizes(self):
         m = self.model
         latent, hidden, layers, pack = m["latent_dim"], m["hidden"], m["layers"], m["pack"]
         # Each Dense layer also costs Python and TensorFlow objects: about a thousand
@@ -117,20 +126,16 @@ class Mog2D(Task):
         inner = (layers - 1) * hidden * hidden + layers * (hidden + 1000)
         deep = ("model.hidden", "model.layers")
         parameters, activations = [], []
-        if self.builds_own("generator"):
+        if builds_own(self, "generator"):
             parameters += [(("model.latent_dim", "model.hidden"), latent * hidden)]
             parameters += [(deep, inner + 2 * hidden)]
             activations += [(("model.latent_dim",), latent), (deep, layers * hidden)]
-        if self.builds_own("discriminator"):
+        if builds_own(self, "discriminator"):
             parameters += [(("model.pack", "model.hidden"), 2 * pack * hidden)]
             parameters += [(deep, inner + hidden)]
             activations += [(("model.pack",), 2 * pack), (deep, layers * hidden)]
-        return parameters, activations
-
-    sample_keys = ("model.latent_dim",)
-
-    def sample_floats(self):
-        return 2 + self.model["latent_dim"]  # a point, and its latent
+        sample = 2 + latent  # a point, and its latent
+        return Sizes(parameters, activations, sample, ("model.latent_dim",))
 
     def real_batch(self, batch_size):
         rng = self.rngs.data

@@ -114,7 +114,7 @@ class Growth:
 
     def level(self):
         """`(index, fading)` of the traced stage, or None outside the stage steps."""
-        stage = self.task.stage
+        stage = self.task.context.stage
         if stage is None:
             return None
         return self.sides.index(self.side_of(stage)), bool(stage.fade_in)

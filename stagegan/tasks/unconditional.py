@@ -33,7 +33,17 @@ from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
 from stagegan.tasks import progressive, resnet
-from stagegan.tasks.base import ImageTask, adversarial_losses, choice, float32, positive
+from stagegan.tasks.base import (
+    Description,
+    ImageTask,
+    Sizes,
+    adversarial_losses,
+    build_network,
+    builds_own,
+    choice,
+    float32,
+    positive,
+)
 
 ARCHS = {"resnet": resnet, "progressive": progressive}
 # The options of one arch only, with their defaults.
@@ -48,7 +58,7 @@ UPSAMPLINGS = {28: 2, 32: 3, 64: 4}
 class Unconditional(ImageTask):
     name = "unconditional"
     # `class_index` refuses, naming model.conditional, when the run is not conditional
-    capabilities = ImageTask.capabilities | {"classes", "latents"}
+    capabilities = ImageTask.capabilities | {"classes", "latents", "augments"}
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", *regularisers.TERMS)
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them
@@ -56,7 +66,6 @@ class Unconditional(ImageTask):
         "lecam": regularisers.LECAM_MONITORS,
     }
     metrics = ("realism",)  # stagegan.evaluation.builtin
-    augments = True  # `augment:` applies to every image the discriminator sees
     defaults = {
         "data": dict(DATA_DEFAULTS),
         "model": {
@@ -117,26 +126,25 @@ class Unconditional(ImageTask):
         if self.arch == "progressive":
             self.growth = progressive.Growth(self, device)
 
-    def check_stages(self, stages):
+    def check(self, stages, batch_size, replicas):
         if self.arch != "progressive":
-            return super().check_stages(stages)
+            return super().check(stages, batch_size, replicas)
         progressive.check_stages(stages, self.size)
+        super().check((), batch_size, replicas)
+        progressive.check_group(self.model["mbstd_group"], batch_size // replicas)
 
     def begin_step(self, stage, stage_step):
         if self.growth is not None:
             self.growth.begin_step(stage, stage_step)
 
-    def describe_stage(self, stage):
-        return [] if self.growth is None else [self.growth.describe(stage)]
+    def describe(self, stages):
+        growth = self.growth
+        lines = {} if growth is None else {s.name: [growth.describe(s)] for s in stages}
+        return Description(self.describe_networks(), [], lines)
 
     def trackables(self):
         own = {} if self.growth is None else self.growth.trackables()
         return {**super().trackables(), **own}
-
-    def check_shard(self, batch_size, replicas):
-        super().check_shard(batch_size, replicas)
-        if self.arch == "progressive":
-            progressive.check_group(self.model["mbstd_group"], batch_size // replicas)
 
     def build(self):
         self.build_source()
@@ -162,8 +170,8 @@ class Unconditional(ImageTask):
             builders = (resnet.generator, resnet.discriminator)
         elif self.arch == "progressive":
             builders = (progressive.generator, progressive.discriminator)
-        self.generator = self.build_network("generator", builders[0], inputs[0], image)
-        self.discriminator = self.build_network("discriminator", builders[1], inputs[1], (1,))
+        self.generator = build_network(self, "generator", builders[0], inputs[0], image)
+        self.discriminator = build_network(self, "discriminator", builders[1], inputs[1], (1,))
         self.networks = {"generator": self.generator, "discriminator": self.discriminator}
         return self.networks
 
@@ -171,7 +179,7 @@ class Unconditional(ImageTask):
         """`{scope: one line}` on the built-in networks' architecture, for `plan`."""
         lines = {}
         for scope in ("generator", "discriminator"):
-            if not self.builds_own(scope):
+            if not builds_own(self, scope):
                 continue
             if self.arch in ("resnet", "progressive"):
                 lines[scope] = ARCHS[self.arch].describe(self, scope)
@@ -184,11 +192,18 @@ class Unconditional(ImageTask):
                 )
         return lines
 
+    def sizes(self):
+        sample = super().sizes().sample + self.model["latent_dim"]
+        keys = ("data.size", "model.latent_dim")
+        parameters, activations = self.network_sizes()
+        return Sizes(parameters, activations, sample, keys)
+
     def network_sizes(self):
+        """`(parameters, activations)` of the built-in networks (`Task.sizes`)."""
         if self.arch in ("resnet", "progressive"):
             keys = ("model.width", "model.blocks" if self.arch == "resnet" else "data.size")
             image = ("model.width", "data.size")
-            scopes = [s for s in ("generator", "discriminator") if self.builds_own(s)]
+            scopes = [s for s in ("generator", "discriminator") if builds_own(self, s)]
             module = ARCHS[self.arch]
             parameters = [(keys, module.parameter_count(self, s)) for s in scopes]
             return parameters, [(image, module.activation_floats(self, s)) for s in scopes]
@@ -196,7 +211,7 @@ class Unconditional(ImageTask):
         width, start, ups, pack = self.model["width"], START[size], UPSAMPLINGS[size], self.pack
         parameters, activations = [], []
         image = ("model.width", "data.size")
-        if self.builds_own("generator"):
+        if builds_own(self, "generator"):
             widths = [width * 2 ** (ups - 1 - i) for i in range(ups)] + [channels]
             top = widths[0]
             latent_in = 2 * latent if self.conditional else latent
@@ -208,7 +223,7 @@ class Unconditional(ImageTask):
             sides = [start * 2**i for i in range(ups + 1)]
             floats = sum(side * side * w for side, w in zip(sides, widths, strict=True))
             activations += [(image, floats)]
-        if self.builds_own("discriminator"):
+        if builds_own(self, "discriminator"):
             widths = [channels * pack] + [width * 2**i for i in range(ups)]
             last = size // 2**ups
             convs = sum(16 * a * b for a, b in zip(widths[1:-1], widths[2:], strict=True))
@@ -221,11 +236,6 @@ class Unconditional(ImageTask):
             floats = sum(side * side * w for side, w in zip(sides, widths, strict=True))
             activations += [(image, floats)]
         return parameters, activations
-
-    sample_keys = ("data.size", "model.latent_dim")
-
-    def sample_floats(self):
-        return super().sample_floats() + self.model["latent_dim"]
 
     def random_inputs(self, batch_size):
         noise = self.rngs.noise

@@ -10,6 +10,7 @@ optimizers, guards) and the stage steps.
 """
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from stagegan.config.schema import chunk_size
+from stagegan.core import regularisers
 from stagegan.core.ema import Ema
 from stagegan.core.guard import Guard, GuardedApply
 from stagegan.core.layers import power_iteration_hook
@@ -112,7 +114,7 @@ class Trainer:
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
         self.staging = None
-        if self.task.staged_input:  # outside the strategy's scope: plain variables
+        if "staged" in self.task.capabilities:  # outside the strategy's scope: plain variables
             # `task.real_batch` looked up when traced (a benchmark may replace it).
             fetch = lambda: converted(self.task.real_batch)(config.batch_size)
             self.staging = Staging(fetch, self.placement.variables)
@@ -127,7 +129,7 @@ class Trainer:
                 self.global_step,
                 after_step,
                 augmenter=self.augmenter_of(stage),
-                observe=self.task.observe,
+                observe=functools.partial(regularisers.observe, self.task.context),
                 before_step=lambda stage_step, stage=stage: self.task.begin_step(stage, stage_step),
             )
             for stage, plans in zip(config.stages, self.updates.plans, strict=True)
@@ -141,7 +143,7 @@ class Trainer:
 
     def stage_inputs(self, stage):
         """A stage's `(draw_batch, compute_terms)`: the task's batch (its real part staged a
-        step ahead for a task with `staged_input`) and losses (on each replica's shard, its
+        step ahead for a task with "staged" capabilities) and losses (on each replica's shard, its
         uint8 images converted to float there), with the stage's augmentation (its random
         numbers drawn with the batch, its ops applied to every image the discriminator sees,
         through `Task.augmenter` while the step traces).
@@ -162,11 +164,11 @@ class Trainer:
             return drawn
 
         def compute(shard, terms):
-            task.augmenter, task.stage = augmenter, stage
+            task.context.augmenter, task.context.stage = augmenter, stage
             try:
                 return losses(to_replica_floats(shard), terms)
             finally:
-                task.augmenter = task.stage = None
+                task.context.augmenter = task.context.stage = None
 
         return draw, compute
 
@@ -174,6 +176,10 @@ class Trainer:
         """Every network's non-trainable variables (BatchNorm statistics, spectral-norm
         vectors, the seeds of random layers)."""
         return [v for net in self.networks.values() for v in net.non_trainable_variables]
+
+    def term_state(self, terms):
+        """The checkpointed state of loss terms `terms` (`regularisers.term_state`)."""
+        return regularisers.term_state(self.task.context, terms)
 
     def trackables(self):
         """The objects a checkpoint holds, by stable names.
@@ -196,7 +202,7 @@ class Trainer:
         objects.update(self.task.trackables())
         if self.staging is not None:
             objects.update(self.staging.trackables())
-        objects.update(self.task.term_state(self.config.used_terms()))  # LeCam's averages
+        objects.update(self.term_state(self.config.used_terms()))  # LeCam's averages
         if self.ema is not None:
             objects.update(self.ema.trackables())
         for augmenter in self.augmenters.values():
@@ -320,20 +326,20 @@ def build_model(config, placement, recorded_clusters=None):
         rngs = RandomStreams(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
         task = make_task(config.task, options, rngs)
-        task.check_stages(config.stages)
-        task.batch_size = config.batch_size
+        task.context.batch_size = config.batch_size
         if recorded_clusters is not None:  # an image task on data.labels: clusters
             task.recorded_clusters = recorded_clusters
         if placement.coordinator is not None:  # the chief reads the data (and checkpoints
-            task.host = task.reader = CHIEF_DEVICE  # a stream's position there)
-        task.check_shard(config.batch_size, placement.replicas)
+            task.context.host = task.context.reader = CHIEF_DEVICE  # a stream's position there)
+        task.check(config.stages, config.batch_size, placement.replicas)
         counted = task.check_memory(
             config.batch_size, held_counts(config, task), chunk_size(config)
         )
         # Outside the strategy's scope: the state of loss terms is plain variables here.
-        task.prepare(
-            tuple(u for stage in config.stages for u in stage.updates), placement.variables
-        )
+        updates = tuple(u for stage in config.stages for u in stage.updates)
+        context = task.context
+        context.lecam, context.consistency = regularisers.build(task, updates, placement.variables)
+        task.prepare(updates, placement.variables)
         precision = policy_of(config.devices.mixed_precision, placement.towers)
         warning = cpu_warning(precision, placement.towers, config.devices.jit)
         if warning:
@@ -404,7 +410,7 @@ def build_augmenters(config, task, placement):
     specs = {s.augment.key: s.augment for s in config.stages if s.augment is not None}
     if not specs:
         return {}
-    if not task.augments:
+    if "augments" not in task.capabilities:
         key = next(iter(specs))
         raise ConfigError(
             key,
