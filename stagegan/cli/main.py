@@ -11,9 +11,10 @@ import os
 import re
 import sys
 
+from stagegan.config.cluster import check_batch_divides
 from stagegan.config.memory import check_memory, format_count
 from stagegan.config.objects import find_user_modules
-from stagegan.config.schema import check_batch_divides, check_seed, load_config
+from stagegan.config.schema import check_seed, load_config
 from stagegan.data import prepare
 from stagegan.errors import ConfigError, Interrupted, RunStopped, WriteError, out_of_memory
 

@@ -226,3 +226,15 @@ def _gpu_count(environ):
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def check_batch_divides(batch_size, replicas):
+    """The global batch is split evenly across replicas; anything else is a config error.
+    The one divisibility check: `placement` runs it on the resolved replicas, and `launch`
+    on its worker count (each worker holds at least one replica) before any worker starts."""
+    if batch_size % replicas:
+        raise ConfigError(
+            "batch_size",
+            f"{batch_size} does not divide evenly across {replicas} towers "
+            f"(use a multiple of {replicas})",
+        )

@@ -32,6 +32,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stagegan.config.overrides import (
     check_finite,
@@ -135,6 +136,21 @@ def number_at_least(minimum):
     return check
 
 
+def required(check):
+    """`check`, and a key that must be given (None: missing)."""
+
+    def wrapped(value, key):
+        if value is None:
+            raise ConfigError(key, "required key is missing")
+        return check(value, key)
+
+    return wrapped
+
+
+def positive_number(value, key):
+    return _number(value, key, positive=True)
+
+
 def optional(check):
     """`check`, or None passed through."""
     return lambda value, key: None if value is None else check(value, key)
@@ -190,41 +206,87 @@ def build_section(record, value, key):
     return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LearningRateSchedule:
     """A learning-rate schedule (`learning_rate: {schedule: ...}`), driven by the optimizer's
     own iteration count: the updates it has applied (see `stagegan.core.optimizers.schedule`).
+    One record a kind (`SCHEDULES`, picked by `schedule:`); each key is a field declared
+    once, in the kind it belongs to, with its default and check (`option`; `required`: no
+    default), and `check` holds the checks across fields. A new key is one field.
 
     Attributes:
-        kind: constant, linear, cosine or exponential.
         initial: the rate after warm-up.
-        final: where linear and cosine decays end, after `steps` iterations.
-        steps: the decay's length (exponential: the rate is multiplied by `decay_rate` every
-            `steps` iterations).
-        decay_rate, staircase: exponential only.
         warmup: iterations of linear warm-up from 0 to `initial` before the schedule starts.
     """
 
-    kind: str
-    initial: float
-    final: float = 0.0
-    steps: int = 0
-    decay_rate: float = 1.0
-    staircase: bool = False
-    warmup: int = 0
+    kind: ClassVar[str] = "constant"
+    initial: float = option(None, required(positive_number))
+    warmup: int = option(0, integer(0))
+
+    def check(self, key):
+        """The checks across fields."""
 
     def describe(self):
         """`linear(0.0005 -> 0 over 2000 iterations, warm-up 100)`."""
-        if self.kind == "constant":
-            text = f"{self.initial:g}"
-        elif self.kind == "exponential":
-            text = f"{self.initial:g} x {self.decay_rate:g} every {self.steps} iterations" + (
-                ", staircase" if self.staircase else ""
-            )
-        else:
-            text = f"{self.initial:g} -> {self.final:g} over {self.steps} iterations"
         warmup = f", warm-up {self.warmup}" if self.warmup else ""
-        return f"{self.kind}({text}{warmup})"
+        return f"{self.kind}({self.words()}{warmup})"
+
+    def words(self):
+        return f"{self.initial:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearSchedule(LearningRateSchedule):
+    """From `initial` down to `final` over `steps` iterations, in a straight line."""
+
+    kind: ClassVar[str] = "linear"
+    steps: int = option(None, required(integer(1)))
+    final: float = option(0.0, number)
+
+    def check(self, key):
+        if not 0 <= self.final <= self.initial:
+            raise ConfigError(
+                f"{key}.final",
+                f"must be between 0 and initial ({self.initial:g}). Received: {self.final:g}",
+            )
+
+    def words(self):
+        return f"{self.initial:g} -> {self.final:g} over {self.steps} iterations"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CosineSchedule(LinearSchedule):
+    """From `initial` down to `final` over `steps` iterations, along half a cosine."""
+
+    kind: ClassVar[str] = "cosine"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExponentialSchedule(LearningRateSchedule):
+    """`initial` multiplied by `decay_rate` every `steps` iterations (smoothly, or in steps
+    with `staircase`)."""
+
+    kind: ClassVar[str] = "exponential"
+    steps: int = option(None, required(integer(1)))
+    decay_rate: float = option(None, required(positive_number))
+    staircase: bool = option(False, boolean)
+
+    def words(self):
+        staircase = ", staircase" if self.staircase else ""
+        return f"{self.initial:g} x {self.decay_rate:g} every {self.steps} iterations{staircase}"
+
+
+SCHEDULES = {
+    r.kind: r for r in (LearningRateSchedule, LinearSchedule, CosineSchedule, ExponentialSchedule)
+}
+# The keys of each kind: required, and optional with their defaults (derived from the fields).
+SCHEDULE_KEYS = {
+    name: (
+        tuple(f.name for f in dataclasses.fields(r) if f.metadata["default"] is None),
+        {f.name: f.default for f in dataclasses.fields(r) if f.metadata["default"] is not None},
+    )
+    for name, r in SCHEDULES.items()
+}
 
 
 @dataclass(frozen=True)
@@ -237,17 +299,6 @@ class OptimizerSpec:
 
     def kwargs(self):
         return dict(self.options)
-
-
-def required(check):
-    """`check`, and a key that must be given (None: missing)."""
-
-    def wrapped(value, key):
-        if value is None:
-            raise ConfigError(key, "required key is missing")
-        return check(value, key)
-
-    return wrapped
 
 
 def patterns(value, key):
@@ -659,7 +710,7 @@ class EvalConfig:
     """Evaluation inside `train`: at every stage end, and every `every` steps when > 0.
     `count`: samples to evaluate (None: the task's default); `features`: a feature extractor
     `package.module:function` for FID/KID; `batch_size`: images per forward pass in
-    evaluations and sample dumps (None: the run's `batch_size`; see `chunk_size`);
+    evaluations and sample dumps (None: the run's `batch_size`; see `runfolder.samples.chunk_size`);
     `metrics`: metrics added to the task's own (`stagegan.evaluation.registry`). Evaluation
     reads the weights and writes only its own records: all of it may change on resume."""
 
@@ -933,18 +984,6 @@ def parse_config(raw):
     )
 
 
-def check_batch_divides(batch_size, replicas):
-    """The global batch is split evenly across replicas; anything else is a config error.
-    The one divisibility check: `placement` runs it on the resolved replicas, and `launch`
-    on its worker count (each worker holds at least one replica) before any worker starts."""
-    if batch_size % replicas:
-        raise ConfigError(
-            "batch_size",
-            f"{batch_size} does not divide evenly across {replicas} towers "
-            f"(use a multiple of {replicas})",
-        )
-
-
 # Pieces -------------------------------------------------------------------------------------
 
 
@@ -968,14 +1007,6 @@ def _parse_samples(resolved):
     if samples.seed is None:
         samples = dataclasses.replace(samples, seed=check_seed(resolved["seed"], "seed"))
     return samples
-
-
-def chunk_size(config):
-    """Images per forward pass when evaluating or sampling (`eval.batch_size`, else the run's
-    `batch_size`), so their peak memory does not grow with the number of images."""
-    if config.eval is not None and config.eval.batch_size is not None:
-        return config.eval.batch_size
-    return config.batch_size
 
 
 def _parse_optimizer(spec, key):
@@ -1004,46 +1035,23 @@ def _parse_optimizer(spec, key):
     return OptimizerSpec(type=kind.lower(), options=tuple(sorted(options.items())))
 
 
-# The keys of each learning-rate schedule: required, and optional with their defaults.
-SCHEDULE_KEYS = {
-    "constant": (("initial",), {}),
-    "linear": (("initial", "steps"), {"final": 0.0}),
-    "cosine": (("initial", "steps"), {"final": 0.0}),
-    "exponential": (("initial", "steps", "decay_rate"), {"staircase": False}),
-}
-
-
 def _parse_schedule(value, key):
-    """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`."""
+    """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`: the record
+    its `schedule:` picks (`SCHEDULES`), every key checked by its field's declaration, then
+    across fields."""
     kind = value.get("schedule")
-    if not isinstance(kind, str) or kind not in SCHEDULE_KEYS:
+    if not isinstance(kind, str) or kind not in SCHEDULES:
         where = f"{key}.schedule"
         if kind is None:
-            known = ", ".join(SCHEDULE_KEYS)
+            known = ", ".join(SCHEDULES)
             raise ConfigError(where, f"required key is missing (one of: {known})")
-        raise ConfigError(where, f"must be one of {', '.join(SCHEDULE_KEYS)}. Received: {kind!r}")
-    required, optional = SCHEDULE_KEYS[kind]
-    check_keys(value, ("schedule", *required, *optional, "warmup"), key)
-    for name in required:
-        if name not in value:
-            raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
-    fields = {"kind": kind, "warmup": _integer(value.get("warmup", 0), f"{key}.warmup", 0)}
-    fields["initial"] = _number(value["initial"], f"{key}.initial", positive=True)
-    if "steps" in required:
-        fields["steps"] = _integer(value["steps"], f"{key}.steps", minimum=1)
-    if "final" in optional:
-        final = _number(value.get("final", 0.0), f"{key}.final")
-        if not 0 <= final <= fields["initial"]:
-            raise ConfigError(
-                f"{key}.final",
-                f"must be between 0 and initial ({fields['initial']:g}). Received: {final:g}",
-            )
-        fields["final"] = final
-    if kind == "exponential":
-        rate = _number(value["decay_rate"], f"{key}.decay_rate", positive=True)
-        fields["decay_rate"] = rate
-        fields["staircase"] = _boolean(value.get("staircase", False), f"{key}.staircase")
-    return LearningRateSchedule(**fields)
+        raise ConfigError(where, f"must be one of {', '.join(SCHEDULES)}. Received: {kind!r}")
+    record = SCHEDULES[kind]
+    fields = {k: v for k, v in value.items() if k != "schedule"}
+    check_keys(value, ("schedule", *record_keys(record)), key)
+    parsed = record(**checked_fields(record, fields, key))
+    parsed.check(key)
+    return parsed
 
 
 def _parse_augment(value, key):
@@ -1243,9 +1251,10 @@ def _lazy_spec(spec, every, key):
     defaults = LAZY_DEFAULTS[spec.type]
     rate = options.get("learning_rate", defaults["learning_rate"])
     if isinstance(rate, LearningRateSchedule):
-        options["learning_rate"] = dataclasses.replace(
-            rate, initial=rate.initial * c, final=rate.final * c
-        )
+        scaled = {"initial": rate.initial * c}
+        if isinstance(rate, LinearSchedule):  # linear and cosine end at `final`
+            scaled["final"] = rate.final * c
+        options["learning_rate"] = dataclasses.replace(rate, **scaled)
     else:
         options["learning_rate"] = rate * c
     for beta in ("beta_1", "beta_2"):

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from stagegan.config.cluster import (
+    check_batch_divides,
     host_gpus,
     parameter_server_cluster,
     wait_for_servers,
     worker_cluster,
 )
-from stagegan.config.schema import check_batch_divides
 from stagegan.core.replicas import StrategyReplicas, TowerReplicas
 from stagegan.errors import ConfigError
 

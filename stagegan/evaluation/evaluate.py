@@ -25,7 +25,6 @@ import tensorflow as tf
 
 from stagegan.config.files import read_bytes
 from stagegan.config.objects import call_user, load_object
-from stagegan.config.schema import chunk_size
 from stagegan.core.variables import network_key
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.evaluation import memorisation as memo
@@ -33,7 +32,7 @@ from stagegan.evaluation import metrics, realism, registry
 from stagegan.evaluation.memorisation import AUTO_IMAGES
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.pictures import to_uint8, write_png
-from stagegan.runfolder.samples import chunked_outputs
+from stagegan.runfolder.samples import chunk_size, chunked_outputs
 
 INCEPTION_SIDE = 299
 
@@ -63,7 +62,7 @@ class Evaluation:
         features_key: the config key or flag that named `features` (for errors).
         count_key: the config key or flag that named `count` (for errors).
         ema: sample from the EMA weights when the run keeps an EMA.
-        batch_size: images per forward pass (None: `config.chunk_size`, the run's batch).
+        batch_size: images per forward pass (None: `runfolder.samples.chunk_size`, the run's batch).
         memorise: compare the samples with the training images
             (`stagegan.evaluation.memorisation`): True, False, or "auto" (`wants_memorisation`).
         nearest: a PNG path for the picture of samples beside their nearest training images

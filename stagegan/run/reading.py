@@ -18,13 +18,14 @@ import numpy as np
 
 from stagegan.config.files import read_text
 from stagegan.config.objects import find_user_modules
-from stagegan.config.schema import apply_overrides, chunk_size, parse_config
+from stagegan.config.schema import apply_overrides, parse_config
 from stagegan.config.yamlfile import read_yaml
 from stagegan.core import latents
 from stagegan.core.until import stage_ends
 from stagegan.errors import ConfigError, WriteError, first_line
 from stagegan.runfolder import pictures
 from stagegan.runfolder.dirs import RunFolder
+from stagegan.runfolder.samples import chunk_size
 
 EVAL_LOG = RunFolder.EVAL_LOG
 

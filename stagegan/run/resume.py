@@ -53,8 +53,8 @@ STAGE_UNTIL = re.compile(r"stages\[(\d+)\]\.until(\..*)?")
 SAFE_TEXT = (
     "learning rates; the steps of the current stage (more than it has run) and of stages not "
     "yet reached; the until of stages not yet reached; new stages at the end (stages[+]) and "
-    "new named optimizers for them; log.every, log.histograms, log.console, samples.every, "
-    "checkpoint.every, eval (any of it), and devices (but for mixed_precision)"
+    "new named optimizers for them; eval (any of it); "
+    + ", ".join(k for k in resumable_keys() if not k.startswith("eval."))
 )
 # Run-folder logs keyed by global step; a resumed run drops their records after its checkpoint.
 STEP_LOGS = (RunFolder.METRICS, RunFolder.GUARD, f"{RunFolder.SAMPLES}/manifest.jsonl")

@@ -17,13 +17,20 @@ import numpy as np
 
 from stagegan.config.files import check_regular
 from stagegan.config.memory import format_bytes, memory_limit
-from stagegan.config.schema import chunk_size
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
 from stagegan.runfolder.logs import append_jsonl
 
 INPUTS = "inputs.npz"
 MANIFEST = "manifest.jsonl"
+
+
+def chunk_size(config):
+    """Images per forward pass when evaluating or sampling (`eval.batch_size`, else the run's
+    `batch_size`), so their peak memory does not grow with the number of images."""
+    if config.eval is not None and config.eval.batch_size is not None:
+        return config.eval.batch_size
+    return config.batch_size
 
 
 def stage_slug(name):

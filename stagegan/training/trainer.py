@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
-from stagegan.config.schema import chunk_size
 from stagegan.core import regularisers
 from stagegan.core.ema import Ema
 from stagegan.core.guard import Guard, GuardedApply
@@ -41,6 +40,7 @@ from stagegan.core.variables import (
 from stagegan.errors import ConfigError
 from stagegan.evaluation import registry
 from stagegan.evaluation.registry import settle as settle_metrics
+from stagegan.runfolder.samples import chunk_size
 from stagegan.tasks import make_task
 from stagegan.tasks.base import RandomStreams
 
