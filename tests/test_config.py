@@ -450,3 +450,81 @@ def test_an_update_is_its_declared_fields_settled_for_its_stage():
         with pytest.raises(ConfigError) as caught:
             parse_update({**raw, **change}, "s.u", "simultaneous", named, {}, set())
         assert caught.value.key == key and words in caught.value.message, caught.value
+
+
+def test_a_schedule_is_its_kinds_declared_fields():
+    """Each key of a learning-rate schedule is a field of its kind (required ones have no
+    default); the stated defaults, the kind's own keys only, and a check across fields."""
+    from stagegan.config.schema import SCHEDULE_KEYS, SCHEDULES
+
+    def schedule(**value):
+        raw = base(optimizers={"d": {"type": "sgd", "learning_rate": value}})
+        return parse_config(raw).optimizers["d"].kwargs()["learning_rate"]
+
+    assert set(SCHEDULES) == {"constant", "linear", "cosine", "exponential"}
+    assert SCHEDULE_KEYS["exponential"] == (
+        ("initial", "steps", "decay_rate"),
+        {"warmup": 0, "staircase": False},
+    )
+    linear = schedule(schedule="linear", initial=0.01, steps=100)
+    assert (linear.kind, linear.final, linear.warmup) == ("linear", 0.0, 0)
+    assert linear.describe() == "linear(0.01 -> 0 over 100 iterations)"
+    decay = schedule(schedule="exponential", initial=0.1, steps=5, decay_rate=0.5, warmup=2)
+    assert decay.describe() == "exponential(0.1 x 0.5 every 5 iterations, warm-up 2)"
+    where = "optimizers.d.learning_rate"
+    for value, key, words in (
+        ({"schedule": "cosine", "initial": 0.1}, f"{where}.steps", "required key is missing"),
+        ({"schedule": "constant", "initial": 0.1, "steps": 3}, f"{where}.steps", "unknown key"),
+        ({"schedule": "linear", "initial": 0.1, "steps": 3, "final": 0.2}, f"{where}.final", "0.1"),
+        (
+            {"schedule": "exponential", "initial": 0.1, "steps": 3, "decay_rate": 0},
+            None,
+            "positive",
+        ),
+        ({"schedule": "linear", "initial": 0.1, "steps": 0}, f"{where}.steps", "at least 1"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            schedule(**value)
+        assert (key is None or caught.value.key == key) and words in caught.value.message, (
+            caught.value
+        )
+
+
+def test_a_stage_is_its_declared_fields_with_their_resume_rules():
+    """Each key of a stage is a field of `Stage` (its default, check and rule on resume);
+    `augment: null` is a value of its own (no augmentation), not the run's default."""
+    from stagegan.config.schema import (
+        BEFORE_START,
+        STAGE_KEYS,
+        WHILE_RUNNING,
+        stage_resume_rule,
+    )
+
+    assert set(STAGE_KEYS) == {
+        "name", "steps", "mode", "updates", "until", "augment", "resolution", "fade_in"
+    }  # fmt: skip
+    rules = {name: stage_resume_rule(name) for name in STAGE_KEYS}
+    assert rules == {**dict.fromkeys(STAGE_KEYS), "steps": WHILE_RUNNING, "until": BEFORE_START}
+    augment = {"ops": ["xflip"], "p": 0.5}
+    raw = base(augment=augment)
+    raw["stages"][1] = {**raw["stages"][1], "augment": None}
+    config = parse_config(raw)
+    assert config.stages[0].augment is not None and config.stages[1].augment is None
+    assert (config.stages[0].mode, config.stages[0].resolution, config.stages[0].fade_in) == (
+        "sequential",
+        None,
+        False,
+    )
+    for change, key, words in (
+        ({"steps": None}, "stages[0].steps", "required key is missing"),
+        ({"mode": "parallel"}, "stages[0].mode", "must be one of sequential, simultaneous"),
+        ({"updates": []}, "stages[0].updates", "non-empty list of updates"),
+        ({"fade_in": True}, "stages[0].fade_in", "needs the stage's resolution"),
+        ({"resolution": 2}, "stages[0].resolution", "at least 4"),
+        ({"name": "joint"}, "stages[1].name", "used twice"),  # the second use is named
+    ):
+        raw = base()
+        raw["stages"][0] = {**raw["stages"][0], **change}
+        with pytest.raises(ConfigError) as caught:
+            parse_config(raw)
+        assert caught.value.key == key and words in caught.value.message, caught.value

@@ -86,9 +86,9 @@ def test_the_console_shows_the_trained_losses_and_full_shows_everything():
         return Update(name=name, train=("x/*",), loss=loss, optimizer="opt", key="u")
 
     updates = (update("d", "d_loss"), update("g", "g_loss"))
-    stage = Stage("joint", 4, "simultaneous", updates, key="stages[0]")
+    stage = Stage(name="joint", steps=4, mode="simultaneous", updates=updates, key="stages[0]")
     updates = (update("a", "loss"), update("b", "loss", "gp"))
-    twice = Stage("pair", 4, "simultaneous", updates, key="stages[1]")
+    twice = Stage(name="pair", steps=4, mode="simultaneous", updates=updates, key="stages[1]")
     values = {
         "d/d_loss": 1.25,
         "d/d_real_accuracy": 0.5,

@@ -5,7 +5,10 @@ from stagegan.core.schedule import Schedule
 
 
 def stages(*lengths):
-    return [Stage(f"s{i}", n, "sequential", (), f"stages[{i}]") for i, n in enumerate(lengths)]
+    return [
+        Stage(name=f"s{i}", steps=n, mode="sequential", updates=(), key=f"stages[{i}]")
+        for i, n in enumerate(lengths)
+    ]
 
 
 def test_positions_follow_cumulative_stage_lengths():

@@ -64,7 +64,6 @@ MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
 
 GUARD_POLICIES = ("skip", "stop", "off")
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
-STAGE_KEYS = ("name", "steps", "mode", "updates", "until", "augment", "resolution", "fade_in")
 # Augmentation ops (`stagegan.core.augment`) -> the uniform numbers each draws per image, besides
 # its gate.
 AUGMENT_OPS = {
@@ -110,12 +109,13 @@ LAZY_DEFAULTS = {
 # of such a section is one `option` line.
 
 
-def option(default, check, resume=False):
+def option(default, check, resume=False, null=False):
     """A config field: `default`, `check(value, key) -> value` (raises `ConfigError(key)`),
-    and whether a resumed run may change it (`resume`)."""
-    return dataclasses.field(
-        default=default, metadata={"default": default, "check": check, "resume": resume}
-    )
+    and whether a resumed run may change it (`resume`: True or False; a stage's fields name
+    their rule, see `Stage`). `null`: an explicit None is a value of its own (a stage's
+    `augment: null`), not "take the default"."""
+    metadata = {"default": default, "check": check, "resume": resume, "null": null}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def integer(minimum=None):
@@ -189,7 +189,8 @@ def checked_fields(record, mapping, key):
     """`{field: value}` of `record`'s declared fields (made by `option`) from the YAML mapping
     at `key` (its keys already checked): each value given (None: not given) or the field's
     default, through the field's check."""
-    given = {name: value for name, value in mapping.items() if value is not None}
+    null = {f.name for f in dataclasses.fields(record) if f.metadata.get("null")}
+    given = {n: value for n, value in mapping.items() if value is not None or n in null}
     return {
         f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
         for f in dataclasses.fields(record)
@@ -549,21 +550,75 @@ class AugmentConfig:
 AUGMENT_DEFAULTS = defaults(AugmentConfig)
 
 
-@dataclass(frozen=True)
+def update_list(value, key):
+    """A stage's updates, before each is read (`Stage.settle`): a non-empty list."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "must be a non-empty list of updates")
+    return value
+
+
+def as_given(value, key):
+    """A value read later, across fields (`Stage.settle`)."""
+    return value
+
+
+# A stage's fields that `--set` may change on resume, and when (`Stage`, `run.resume`).
+WHILE_RUNNING = "while_running"  # until a later stage begins, not below the steps run
+BEFORE_START = "before_start"  # while the stage has not begun
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (a
     `Threshold` or a `Plateau`, else None) it may end earlier. `augment`: the `AugmentConfig`
-    its discriminator inputs go through (the run's unless the stage sets its own), or None."""
+    its discriminator inputs go through (the run's unless the stage sets its own), or None.
 
-    name: str
-    steps: int
-    mode: str
-    updates: tuple
-    key: str
-    until: object = None
-    augment: object = None
-    resolution: object = None  # the side it trains at (model.arch: progressive); None: data.size
-    fade_in: bool = False  # a transition stage: the resolution's new blocks fade in
+    Each key of a stage is a field declared here, with its default, its check and its rule on
+    resume (`WHILE_RUNNING`, `BEFORE_START`, else never); `settle` reads the fields that
+    depend on others (the updates on the mode and the run's optimizers, `until` on the steps,
+    `augment` on the run's, `fade_in` on the resolution). A new stage key is one field.
+    """
+
+    key: str  # the config key of this stage (`stages[i]`)
+    name: str = option(None, required(string))
+    steps: int = option(None, required(integer(1)), resume=WHILE_RUNNING)
+    mode: str = option("sequential", choice(MODES))
+    updates: tuple = option(None, required(update_list))
+    until: object = option(None, as_given, resume=BEFORE_START)
+    augment: object = option(INHERIT, as_given, null=True)
+    resolution: object = option(None, optional(integer(4)))  # the side it trains at (progressive)
+    fade_in: bool = option(False, boolean)  # a transition stage: the new blocks fade in
+
+    def settle(self, named, optimizers, shared, augment):
+        """The stage with its updates, `until` and `augment` read (`augment`: the run's),
+        and the checks across fields."""
+        key, updates, names = self.key, [], set()
+        for j, update_raw in enumerate(self.updates):
+            update = parse_update(
+                update_raw, f"{key}.updates[{j}]", self.mode, named, optimizers, shared
+            )
+            if update.name in names:
+                update = dataclasses.replace(update, name=f"{update.name}{j}")
+            names.add(update.name)
+            updates.append(update)
+        until = None if self.until is None else parse_until(self.until, f"{key}.until", self.steps)
+        own = self.augment
+        stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
+        if self.fade_in and self.resolution is None:
+            raise ConfigError(
+                f"{key}.fade_in", "needs the stage's resolution (stages[i].resolution)"
+            )
+        return dataclasses.replace(self, updates=tuple(updates), until=until, augment=stage_augment)
+
+
+STAGE_KEYS = record_keys(Stage)
+
+
+def stage_resume_rule(name):
+    """When `--set` may change a stage's key `name` on resume: `WHILE_RUNNING`,
+    `BEFORE_START`, or None (never, but for what the run's other rules allow)."""
+    fields = {f.name: f for f in dataclasses.fields(Stage) if f.metadata}
+    return fields[name].metadata["resume"] or None if name in fields else None
 
 
 def _towers(towers, key):
@@ -1064,69 +1119,20 @@ def _parse_augment(value, key):
 
 
 def _parse_stages(value, named, augment=None):
+    """The run's stages (`Stage`, each settled), the optimizers their updates made, and
+    the named optimizers more than one update shares."""
     if not isinstance(value, list) or not value:
         raise ConfigError("stages", f"must be a non-empty list of stages. Received: {value!r}")
     stages, optimizers, shared, names = [], {}, set(), set()
     for i, stage_raw in enumerate(value):
         key = f"stages[{i}]"
-        stage_raw = check_mapping(stage_raw, key)
-        check_keys(stage_raw, STAGE_KEYS, key)
-        for required in ("name", "steps", "updates"):
-            if required not in stage_raw:
-                raise ConfigError(f"{key}.{required}", "required key is missing")
-        name = _string(stage_raw["name"], f"{key}.name")
-        if name in names:
-            raise ConfigError(f"{key}.name", f"stage name {name!r} is used twice")
-        names.add(name)
-        steps = _integer(stage_raw["steps"], f"{key}.steps", minimum=1)
-        mode = stage_raw.get("mode", "sequential")
-        if mode not in MODES:
-            raise ConfigError(
-                f"{key}.mode", f"must be one of {', '.join(MODES)}. Received: {mode!r}"
-            )
-        updates_raw = stage_raw["updates"]
-        if not isinstance(updates_raw, list) or not updates_raw:
-            raise ConfigError(f"{key}.updates", "must be a non-empty list of updates")
-        updates, update_names = [], set()
-        for j, update_raw in enumerate(updates_raw):
-            update = parse_update(
-                update_raw, f"{key}.updates[{j}]", mode, named, optimizers, shared
-            )
-            if update.name in update_names:
-                update = dataclasses.replace(update, name=f"{update.name}{j}")
-            update_names.add(update.name)
-            updates.append(update)
-        until = None
-        if stage_raw.get("until") is not None:
-            until = parse_until(stage_raw["until"], f"{key}.until", steps)
-        own = stage_raw.get("augment", INHERIT)
-        stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
-        resolution, fade_in = _growth(stage_raw, key)
-        stages.append(
-            Stage(
-                name=name,
-                steps=steps,
-                mode=mode,
-                updates=tuple(updates),
-                key=key,
-                until=until,
-                augment=stage_augment,
-                resolution=resolution,
-                fade_in=fade_in,
-            )
-        )
+        check_keys(check_mapping(stage_raw, key), STAGE_KEYS, key)
+        stage = Stage(key=key, **checked_fields(Stage, stage_raw, key))
+        if stage.name in names:
+            raise ConfigError(f"{key}.name", f"stage name {stage.name!r} is used twice")
+        names.add(stage.name)
+        stages.append(stage.settle(named, optimizers, shared, augment))
     return tuple(stages), optimizers, shared
-
-
-def _growth(stage_raw, key):
-    """A stage's `(resolution, fade_in)` (progressive growing; the task checks the sides)."""
-    resolution = stage_raw.get("resolution")
-    if resolution is not None:
-        resolution = _integer(resolution, f"{key}.resolution", minimum=4)
-    fade_in = _boolean(stage_raw.get("fade_in", False), f"{key}.fade_in")
-    if fade_in and resolution is None:
-        raise ConfigError(f"{key}.fade_in", "needs the stage's resolution (stages[i].resolution)")
-    return resolution, fade_in
 
 
 def _parse_keep_best(value):

@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stagegan.config.overrides import format_key_path
-from stagegan.config.schema import apply_overrides, parse_config, resumable_keys
+from stagegan.config.schema import (
+    BEFORE_START,
+    WHILE_RUNNING,
+    apply_overrides,
+    parse_config,
+    resumable_keys,
+    stage_resume_rule,
+)
 from stagegan.core.schedule import Schedule
 from stagegan.core.until import stage_ends
 from stagegan.core.variables import STAGED_PREFIX, optimizer_key, slug
@@ -48,8 +55,6 @@ SAFE = (
     re.compile(r"eval"),  # evaluation turned on or off: it writes only its own records
     re.compile(r"devices\.towers\[\d+\]"),  # one device of a tower list
 )
-STAGE_STEPS = re.compile(r"stages\[(\d+)\]\.steps")
-STAGE_UNTIL = re.compile(r"stages\[(\d+)\]\.until(\..*)?")
 SAFE_TEXT = (
     "learning rates; the steps of the current stage (more than it has run) and of stages not "
     "yet reached; the until of stages not yet reached; new stages at the end (stages[+]) and "
@@ -172,11 +177,11 @@ def check_changes(old, new, step, ends=None):
     prefix = {**new.raw, "stages": new.raw["stages"][:kept]}
     for parts, before, after in _differences(old.raw, prefix):
         key = format_key_path(parts)
-        steps, until = STAGE_STEPS.fullmatch(key), STAGE_UNTIL.fullmatch(key)
-        if steps is not None:
-            _check_stage_steps(schedule, int(steps.group(1)), after, step, key)
-        elif until is not None:
-            index = int(until.group(1))
+        rule = stage_resume_rule(parts[2]) if parts[0] == "stages" and len(parts) > 2 else None
+        if rule == WHILE_RUNNING:
+            _check_stage_steps(schedule, parts[1], after, step, key)
+        elif rule == BEFORE_START:
+            index = parts[1]
             if step > schedule.starts[index]:
                 raise ConfigError(
                     key,
