@@ -208,3 +208,53 @@ def test_a_plateau_of_an_undeclared_metric_names_its_key():
         Trainer(parse_config(raw))
     assert caught.value.key == "stages[1].until.eval"
     assert "evaluates no 'toy_unknown' (it has: gap, toy_darkness)" in str(caught.value)
+
+
+@stagegan.register_metric("toy_featured", mode="min", features="always", count=77, min_count=5)
+def toy_featured(evaluation):
+    return float(np.mean(evaluation.features(evaluation.samples())))
+
+
+def test_a_metric_declares_its_counts_and_its_use_of_features():
+    """What the evaluation used to ask a task (its usual count, its fewest, whether it loads
+    a feature extractor before the first step) is the metric's own declaration."""
+    import types
+
+    from stagegan.evaluation.evaluate import Evaluation
+
+    metric = registry.METRICS["toy_featured"]
+    assert registry.usual_count([metric]) == 77
+    assert registry.usual_count([registry.METRICS["toy_darkness"]]) == registry.COUNT == 1000
+    assert registry.usual_count([metric, registry.METRICS["realism"]]) == 10000
+    with pytest.raises(ConfigError) as caught:
+        registry.check_count([metric], 4, "--count")
+    assert caught.value.key == "--count"
+    assert "metric 'toy_featured' needs at least 5 samples; 4 are available" in str(caught.value)
+    registry.check_count([metric], 5, "--count")
+    with pytest.raises(ValueError, match="features must be"):
+        registry.declare("toy_bad_features", "min", features="sometimes")
+
+    def evaluation_of(*names):
+        task = types.SimpleNamespace(name="stub", data={}, metrics=names, capabilities=set())
+        trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
+        return Evaluation(trainer, None, batch_size=8)
+
+    assert evaluation_of("toy_featured").uses_features
+    assert evaluation_of("toy_featured").count == 77
+    assert not evaluation_of("toy_darkness").uses_features
+
+
+def test_a_task_naming_a_metric_it_cannot_serve_is_one_line_before_training():
+    """A task that names a built-in family without what it reads (the toy task has no real
+    images and no mixture) is refused when the run is built, naming `task`."""
+    from toytask import ToyTask
+
+    for family, missing in (("realism", "images, latents"), ("mixture", "mixture")):
+        ToyTask.metrics = ("gap", family)
+        try:
+            with pytest.raises(ConfigError) as caught:
+                Trainer(parse_config(metric_config("family")))
+        finally:
+            ToyTask.metrics = ("gap",)
+        assert caught.value.key == "task", caught.value
+        assert f"metric {family!r} needs a task with {missing}" in caught.value.message

@@ -1104,6 +1104,9 @@ def _parse_schedule(value, key):
     record = SCHEDULES[kind]
     fields = {k: v for k, v in value.items() if k != "schedule"}
     check_keys(value, ("schedule", *record_keys(record)), key)
+    for name in SCHEDULE_KEYS[kind][0]:
+        if fields.get(name) is None:
+            raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
     parsed = record(**checked_fields(record, fields, key))
     parsed.check(key)
     return parsed

@@ -229,12 +229,12 @@ def discriminator_terms(task, terms, batch, outputs, scorers, images):
         out.update(zip(LECAM_MONITORS, (tf.reduce_mean(o) for o in outputs), strict=True))
     if "lecam" in requested:
         if task.context.lecam is None:
-            raise RuntimeError("lecam requested but Task.prepare made no LeCam state")
+            raise RuntimeError("lecam requested but regularisers.build made no LeCam state")
         out["lecam"] = task.context.lecam.penalty(*outputs)
     wanted = requested & set(BCR_TERMS)
     if wanted:
         if task.context.consistency is None:
-            raise RuntimeError("bcr requested but Task.prepare made no transform")
+            raise RuntimeError("bcr requested but regularisers.build made no transform")
         halves = {}
         for side, output, score, samples in zip(
             ("real", "fake"), outputs, scorers, images, strict=True

@@ -131,8 +131,10 @@ class Evaluation:
         }
 
     def _compute(self, metric):
-        """An added metric's value: a finite number, or None (no value this time)."""
-        key, label = "eval.metrics", f"metric {metric.name!r}"
+        """A metric's value: a finite number, or None (no value this time). Errors name
+        `eval.metrics` for a metric the run adds, `task` for one the task names."""
+        own = metric.name in self.task.metrics
+        key, label = "task" if own else "eval.metrics", f"metric {metric.name!r}"
         value = call_user(key, label, load(metric), self)
         if value is None:
             return None

@@ -75,6 +75,8 @@ def declare(name, mode, doc="", compute=None, needs=(), **family):
     `count`, `min_count`, `features`."""
     if mode not in ("min", "max", None):
         raise ValueError(f"metric {name!r}: mode must be 'min', 'max' or None, not {mode!r}")
+    if family.get("features") not in (None, "always", "optional"):
+        raise ValueError(f"metric {name!r}: features must be 'always', 'optional' or None")
     metric = Metric(name, mode, doc, compute, frozenset(needs), **family)
     known = METRICS.get(name)
     if known is not None and known != metric and not _same_function(known, metric):
@@ -91,16 +93,22 @@ def _same_function(a, b):
     return a.mode == b.mode and where(a) is not None and where(a) == where(b)
 
 
-def register_metric(name, mode, needs=(), doc=None):
+def register_metric(name, mode, needs=(), doc=None, features=None, count=None, min_count=1):
     """Decorator: `function(evaluation) -> number or None` becomes the metric `name`, better
     when lower (`mode="min"`), higher (`"max"`), or neither (None: a count, it ranks nothing).
     `needs`: task capabilities it reads
-    (`("images",)` when it looks at images). The function is returned unchanged, marked so a
-    config may name it as `package.module:function` (`eval.metrics`)."""
+    (`("images",)` when it looks at images). `features`: "always" when it calls
+    `evaluation.features()` (the extractor is then loaded, and `eval.features` accepted,
+    before the first step), "optional" when it does only if features are named. `count`: the
+    samples it is usually computed on; `min_count`: the fewest it can be. The function is
+    returned unchanged, marked so a config may name it as `package.module:function`
+    (`eval.metrics`) and a task in its `metrics`."""
 
     def wrap(function):
         text = doc if doc is not None else (function.__doc__ or "").strip().split("\n")[0]
-        metric = declare(name, mode, text, function, needs)
+        least = (min_count, f"metric {name!r}")
+        family = {"features": features, "count": count, "min_count": least}
+        metric = declare(name, mode, text, function, needs, **family)
         setattr(function, ATTRIBUTE, metric)
         return function
 
@@ -241,6 +249,7 @@ declare(
     None,
     "mixture modes captured, share of high-quality samples and reverse KL",
     f"{BUILTIN}:mixture",
+    needs=("mixture",),
     gives=("count", "modes", "modes_total", "high_quality", "reverse_kl"),
     count=2500,  # as in the VEEGAN and PacGAN papers
 )
@@ -266,6 +275,14 @@ def task_metrics(task):
     return found
 
 
+def evaluated(config, task):
+    """The metrics an evaluation of run `config` computes unless a ranking adds one: the
+    task's own and those `eval.metrics` lists (`settle` says which ones are added in all)."""
+    own = task_metrics(task)
+    listed = load_metrics((config.eval.metrics or ()) if config.eval is not None else ())
+    return own + [metric for metric in listed if metric not in own]
+
+
 def gives(metrics):
     """The names of the numbers `metrics` give, in order, each once."""
     names = []
@@ -289,7 +306,9 @@ def check_count(metrics, count, key):
         least, what = metric.min_count
         if count < least:
             raise ConfigError(
-                key, f"{what or metric.name} need at least {least} images; {count} are available"
+                key,
+                f"{what} {'needs' if what.startswith('metric ') else 'need'} at least {least} "
+                f"samples; {count} are available",
             )
 
 
@@ -313,11 +332,11 @@ def settle(config, task):
         metric = computed(name)
         if metric is not None and metric not in added and metric not in own:
             added.append(metric)
-    for metric in added:
+    for metric in own + added:
         missing = metric.needs - set(task.capabilities)
         if missing:
             raise ConfigError(
-                "eval.metrics",
+                "task" if metric in own else "eval.metrics",
                 f"metric {metric.name!r} needs a task with {', '.join(sorted(missing))}; task "
                 f"{task.name!r} has {', '.join(sorted(task.capabilities)) or 'none'}",
             )

@@ -99,8 +99,11 @@ class Sizes(NamedTuple):
 
     parameters: list
     activations: list
-    sample: object  # floats, or None: unknown yet
+    sample: object  # floats; None: unknown yet; MEASURED: `measured_sample`'s, when needed
     sample_keys: tuple
+
+
+MEASURED = "measured"  # a sample's floats: measured once the networks exist (`Task.sizes`)
 
 
 def measured_sample(task):
@@ -123,6 +126,12 @@ class Description(NamedTuple):
     networks: dict  # {scope: one line}
     inputs: list  # lines
     stages: dict  # {stage name: lines}
+
+
+def sample_floats(task, sizes):
+    """The floats of one of `task`'s samples, from its `Sizes` (measured now when it says
+    `MEASURED`: only when a count is checked)."""
+    return measured_sample(task) if sizes.sample is MEASURED else sizes.sample
 
 
 @dataclasses.dataclass
@@ -192,7 +201,8 @@ class Task:
     #   "inputs":  `inputs_for_images`: `sample --input DIR` completes the user's images;
     #   "classes": `class_index`: samples of one asked class (`sample --class`);
     #   "latents": `sample_inputs` gives the generator's latents as `z` [N, D] from N(0, 1),
-    #              which `sample --truncation` and `--interpolate` may replace.
+    #              which `sample --truncation` and `--interpolate` may replace;
+    #   "mixture": `centres` and `std`: the 2-D Gaussian mixture of the `mixture` metrics.
     capabilities = frozenset()
     conditional = False  # whether the generator takes a class (`fake_y`) with its noise
     # The metrics `stagegan eval` computes: names declared in `stagegan.evaluation.registry`
@@ -299,9 +309,10 @@ class Task:
         `sample`: the floats one sample's inputs and outputs hold (for `samples.count`,
         `sample --num`, `eval.count` and `--count`), which grow with the options
         `sample_keys`; None: unknown yet. The default says nothing of the networks (nothing
-        is checked) and measures one sample once the networks are built (`measured_sample`).
+        is checked) and measures one sample once the networks are built (`MEASURED`: by
+        `measured_sample`, only when a count is checked).
         """
-        return Sizes([], [], measured_sample(self), ())
+        return Sizes([], [], MEASURED, ())
 
     def check_memory(self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size"):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
@@ -348,7 +359,7 @@ class Task:
             ((batch_key, *keys), batch_size * count * ACTIVATION_BYTES, words)
             for keys, count in activations
         ]
-        per_sample = sizes.sample if counts else 0
+        per_sample = sample_floats(self, sizes) if counts else 0
         for key, count in counts if per_sample is not None else ():
             words = f"{format_count(count)} samples held at once ({key})"
             parts.append(((key, *sizes.sample_keys), count * per_sample * SAMPLE_BYTES, words))

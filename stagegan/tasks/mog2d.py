@@ -73,7 +73,8 @@ def discriminator(task):
 
 class Mog2D(Task):
     name = "mog2d"
-    capabilities = frozenset({"latents"})
+    # "mixture": `centres` and `std`, the Gaussian mixture the `mixture` metrics compare with
+    capabilities = frozenset({"latents", "mixture"})
     loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", "lecam")
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them

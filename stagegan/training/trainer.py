@@ -146,7 +146,7 @@ class Trainer:
         step ahead for a task with "staged" capabilities) and losses (on each replica's shard, its
         uint8 images converted to float there), with the stage's augmentation (its random
         numbers drawn with the batch, its ops applied to every image the discriminator sees,
-        through `Task.augmenter` while the step traces).
+        through `task.context.augmenter` while the step traces).
 
         The step functions trace without AutoGraph (stagegan's own code has no tensor-
         dependent Python branches, and converting it, the optimizers and Keras tripled the
@@ -360,7 +360,7 @@ def held_counts(config, task):
     if config.samples is not None:
         counts.append(("samples.count", config.samples.count or task.sample_count))
     if config.eval is not None:
-        usual = registry.usual_count(registry.task_metrics(task))
+        usual = registry.usual_count(registry.evaluated(config, task))
         counts.append(("eval.count", config.eval.count or usual))
     return counts
 
