@@ -28,7 +28,11 @@ def realism(evaluation):
     if task.conditional:
         inputs["fake_y"] = labels = drawn[1]
     fake = evaluation.sample_outputs(inputs)["samples"]
-    real_features, fake_features = evaluation.features(real), evaluation.features(fake)
+    if task.conditional:  # the order each family always had (a stateful extractor sees it)
+        real_features, fake_features = evaluation.features(real), evaluation.features(fake)
+    else:
+        fake_features = evaluation.features(fake)
+        real_features = evaluation.features(real)
     result = {
         "count": count,
         "held_out": held_out,
