@@ -323,8 +323,7 @@ def settle(config, task):
             needing what the task has not (`needs`).
     """
     own = task_metrics(task)
-    listed = load_metrics((config.eval.metrics or ()) if config.eval is not None else ())
-    added = [metric for metric in listed if metric not in own]
+    added = evaluated(config, task)[len(own) :]  # those eval.metrics lists
     keep_best = config.checkpoint.keep_best
     ranked = [(keep_best.metric, "checkpoint.keep_best")] if keep_best is not None else []
     ranked += [(s.until.eval, s.until.key) for s in config.stages if _plateau(s.until)]
