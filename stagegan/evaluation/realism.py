@@ -175,17 +175,15 @@ def c2st(real_images, fake_images, seed=0, folds=3, epochs=6, local=False):
         np.concatenate([part, count + part])
         for part in np.array_split(rng.permutation(count), folds)
     ]
-    accuracies, fit = [], None
+    accuracies = []
     for fold, test in enumerate(fold_indices):
         train = np.concatenate([f for i, f in enumerate(fold_indices) if i != fold])
         batches = -(-len(train) // C2ST_BATCH)
         least = C2ST_MAX_STEPS if local else C2ST_MIN_STEPS  # a local defect takes longer
         steps = np.clip(epochs * batches, min(least, 20 * batches), C2ST_MAX_STEPS)
         fresh = _c2st_network(sets[0].shape[-1], rng, local)  # this fold's initial weights
-        if fit is None:
-            fit = Fit(fresh, _binary_loss)
-        else:  # the first fold's network and traced step, from this fold's weights
-            fit.restart(fresh.get_weights())
+        fit = _c2st_fit(sets[0].shape[-1], local, fresh)
+        fit.restart(fresh.get_weights())
         model = fit.model
         fit(map(take, _batches(train, C2ST_BATCH, steps, rng)))
         logits = np.concatenate(
@@ -196,6 +194,22 @@ def c2st(real_images, fake_images, seed=0, folds=3, epochs=6, local=False):
         )
         accuracies.append(np.mean((logits[:, 0] > 0) == (labels[test] > 0.5)))
     return {"c2st": float(np.mean(accuracies)), "c2st_std": float(np.std(accuracies))}
+
+
+# One c2st network and traced training step per (channels, local), kept for the process:
+# every fold of every call restarts it from its own seeded weights. A step traced per call
+# would cost about 0.4 s per evaluation and, in a long run, keep each evaluation's graph
+# alive for good (Keras' optimizers go through `tf.custom_gradient`, whose global registry
+# holds every traced graph: tensorflow/tensorflow#97697): 4 MB more per evaluation, measured.
+_C2ST_FITS = {}
+
+
+def _c2st_fit(channels, local, network):
+    """The kept `Fit` for `(channels, local)`, made around `network` the first time."""
+    key = (channels, local)
+    if key not in _C2ST_FITS:
+        _C2ST_FITS[key] = Fit(network, _binary_loss)
+    return _C2ST_FITS[key]
 
 
 def _take(sets, indices):
