@@ -210,7 +210,6 @@ def test_c2st_folds_train_as_fresh_networks_would(small_blobs):
         assert result["c2st_std"] == pytest.approx(np.std(accuracies), abs=1e-9), local
 
 
-
 def test_c2st_keeps_one_traced_step_for_every_call(small_blobs):
     """Each evaluation's c2st restarts the same network and traced step (a step traced per
     call would stay alive for good, 4 MB an evaluation: tensorflow/tensorflow#97697), and a
@@ -222,6 +221,7 @@ def test_c2st_keeps_one_traced_step_for_every_call(small_blobs):
     realism.c2st(fake, real, seed=8)
     assert realism.c2st(real, fake, seed=7) == first
     assert step.experimental_get_tracing_count() == traces
+
 
 def flat_patches(images, seed):
     """`(marked real, marked fake)`: each image with a mask channel for a random 6x6 square,
