@@ -56,7 +56,7 @@ def check_preset(name, tmp_path):
         # size); the 32 px pair is the same code on larger blocks, and the most costly to trace.
         raw = {**config.raw, "data": {**config.raw["data"], "size": 16}}
         raw["stages"] = [s for s in raw["stages"] if s["resolution"] <= 16]
-        preset, config = parse_config(raw), parse_config(raw)
+        preset = config = parse_config(raw)
     trainer = Trainer(config)
     before = {v.path: v.numpy().copy() for v in trainer.variables}
     for position in trainer.schedule.positions():
