@@ -46,8 +46,7 @@ tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 SLOWEST_FIRST = [
     "test_parameter_server.py",
     "test_resume.py",
-    "test_namespaces.py",  # not beside the parameter servers' six processes: under that load
-    # the multi-worker chief was seen to die by SIGSEGV at its collective timeout (2 of 3 runs)
+    "test_namespaces.py",
     "test_sample_eval.py",
     "test_presets_heavy.py",
     "test_progressive.py",

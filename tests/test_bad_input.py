@@ -940,6 +940,26 @@ def test_bad_input_is_refused_cleanly(name, place, capfd, monkeypatch):
     assert not os.path.exists(place / "runs")
 
 
+@pytest.mark.parametrize("value", ["soon", "nan", "-5", "0"])
+def test_a_bad_collective_timeout_is_refused_cleanly(value, place, capfd, monkeypatch):
+    """`STAGEGAN_COLLECTIVE_TIMEOUT` is read with the cluster, before anything is written."""
+    cluster = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker"}}
+    cluster["task"]["index"] = 0
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    monkeypatch.setenv("STAGEGAN_COLLECTIVE_TIMEOUT", value)
+    monkeypatch.chdir(place)
+    before = snapshot(place)
+    argv = [*TRAIN, *toy("devices.strategy=multi_worker")]
+    status = cli.main([a.replace("{root}", str(place)) for a in argv])
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert lines == [
+        "stagegan: error: STAGEGAN_COLLECTIVE_TIMEOUT: must be a positive number of seconds; "
+        f"got {value!r}"
+    ]
+    assert snapshot(place) == before
+
+
 def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capfd):
     """What the size checks miss (a user's code, an estimate too low) ends as one line too."""
 

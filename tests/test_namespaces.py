@@ -193,4 +193,5 @@ def test_a_peer_whose_link_goes_down_stops_the_chief_with_one_line(network, tmp_
     assert chief.returncode == 4, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("stagegan: error: multi_worker: "), last
+    assert "a peer that stopped answering" in last, last  # stagegan's deadline, before TF's
     assert "Traceback" not in err

@@ -4,6 +4,7 @@ writes and where it runs before it imports TensorFlow."""
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -56,6 +57,7 @@ def worker_cluster():
         ConfigError: TF_CONFIG is missing, is not JSON, or lacks the cluster or the task.
     """
     cluster, task_type, index = read_tf_config()
+    collective_timeout()  # checked with the cluster, before anything is written
     if task_type not in ("worker", "chief"):
         raise ConfigError(
             "devices.strategy", f"TF_CONFIG task {task_type}:{index} is not a multi_worker task"
@@ -64,6 +66,22 @@ def worker_cluster():
         task_type == "worker" and index == 0 and "chief" not in cluster
     )
     return task_type, index, chief
+
+
+def collective_timeout():
+    """Seconds a multi-worker step may wait for a peer that stopped answering
+    (`STAGEGAN_COLLECTIVE_TIMEOUT`, default 300): the training loop's `PeerDeadline` stops
+    the run then. A dead worker's closed connection fails the others at once."""
+    text = os.environ.get("STAGEGAN_COLLECTIVE_TIMEOUT", "300")
+    try:
+        timeout = float(text)
+    except ValueError:
+        timeout = math.nan
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(
+            "STAGEGAN_COLLECTIVE_TIMEOUT", f"must be a positive number of seconds; got {text!r}"
+        )
+    return timeout
 
 
 def parameter_server_cluster():

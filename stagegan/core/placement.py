@@ -18,7 +18,6 @@ must happen before TensorFlow initialises its devices). `auto` is every visible 
 
 import contextlib
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import tensorflow as tf
 
 from stagegan.config.cluster import (
     check_batch_divides,
+    collective_timeout,
     host_gpus,
     parameter_server_cluster,
     wait_for_servers,
@@ -295,9 +295,14 @@ def _local_strategy(name, towers, variables):
 
 def _multi_worker_strategy():
     worker_cluster()  # a clear error for a missing or broken TF_CONFIG
-    # A collective operation that waits longer than this for a peer fails (a worker that
-    # hangs); a dead worker's closed connection fails the others at once.
-    timeout = float(os.environ.get("STAGEGAN_COLLECTIVE_TIMEOUT", "300"))
+    # TensorFlow's own deadline is twice stagegan's: when a peer stops answering, the loop's
+    # `PeerDeadline` ends the process first. TensorFlow's abort of a collective whose
+    # receive from the silent peer is still pending can free the operation's cancellation
+    # manager before that receive's gRPC call completes, which then dies by SIGSEGV
+    # (`CancellationManager::DeregisterCallback` from `CancellableCall`, TF 2.21; seen under
+    # CPU load, 1 run in 3). It stays the deadline of what the loop does not watch: the first
+    # step of each stage (it traces) and a checkpoint's collectives.
+    timeout = 2 * collective_timeout()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 

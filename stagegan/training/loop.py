@@ -24,11 +24,14 @@ and the step's `StepOutput`. Before the callbacks run, a stage's `until:` condit
 schedule (`end_stage`).
 """
 
+import contextlib
+import functools
 import logging
 import math
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
+from stagegan.config.cluster import collective_timeout
 from stagegan.config.schema import Plateau
 from stagegan.core.monitor import Monitor
 from stagegan.core.until import Conditions
@@ -138,6 +142,10 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
     store = RunFolder(run_dir).checkpoints(trainer.checkpoint, trainer.config.checkpoint.keep)
     if evaluation is AUTO:
         evaluation = build_evaluation(trainer)
+    rejoin = (
+        f"continue with: python -m stagegan launch --workers N --resume {run_name or run_dir} "
+        "(or train --resume on every worker)"
+    )
     try:
         # Workers of a multi-worker run cannot agree on a step to stop at: there, signals
         # act at once, and a resume starts from the last periodic or stage-end checkpoint.
@@ -150,8 +158,17 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
                 f"stagegan train --resume {run_dir})"
             )
 
+        def silent(number, waited):
+            return (
+                f"lost contact with a worker: step {number} waited {waited:.0f} s for a peer "
+                f"that stopped answering (STAGEGAN_COLLECTIVE_TIMEOUT); {last_checkpoint(store)}; "
+                f"{rejoin}"
+            )
+
+        peers = PeerDeadline(collective_timeout(), silent) if trainer.multi_worker else None
         with StopSignals(enabled=not trainer.multi_worker, expired=expired) as signals:
-            return _loop(trainer, run_dir, store, signals, stop_after, evaluation)
+            with peers or contextlib.nullcontext():
+                return _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers)
     except GuardStop as e:
         latest = store.latest()
         last = (
@@ -164,8 +181,7 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
         servers = trainer.placement.coordinator is not None and lost_a_server(e)
         if not (trainer.multi_worker or servers):
             raise
-        latest = store.latest()
-        last = f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
+        last = last_checkpoint(store)
         if servers:
             raise ServerLost(
                 f"{describe_server_error(e)}; {last}; continue with: python -m stagegan "
@@ -173,9 +189,7 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
                 "chief, with the servers started again)"
             ) from None
         raise PeerLost(
-            f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; continue with: "
-            f"python -m stagegan launch --workers N --resume {run_name or run_dir} (or train "
-            "--resume on every worker)"
+            f"{describe_peer_error(e)} at step {trainer.step_count}; {last}; {rejoin}"
         ) from None
     except OSError as e:
         latest = store.latest()
@@ -187,7 +201,12 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
         ) from None
 
 
-def _loop(trainer, run_dir, store, signals, stop_after, evaluation):
+def last_checkpoint(store):
+    latest = store.latest()
+    return f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
+
+
+def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None):
     schedule = trainer.schedule
     start = trainer.step_count
     conditions = Conditions(schedule, evaluation, trainer.until_state)
@@ -197,11 +216,16 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation):
         keeper=BestKeeper.resume(trainer.config.checkpoint.keep_best, store, start),
     )
     callbacks = make_callbacks(trainer, run_dir, store, signals, start, logs, evaluation)
+    traced = set()  # the step functions this process has run (their first run traces)
     try:
         for position in schedule.positions(start):
             tick = make_tick(schedule, position, resumed=position.global_step == start)
             for callback in callbacks:
                 callback.on_step_begin(tick)
+            variant = (position.stage_index, tick.gradients)
+            if peers is not None and variant in traced:
+                peers.step_started(position.global_step + 1)
+            traced.add(variant)
             signals.step_started(position.global_step + 1)
             tick.output = trainer.step(position, with_gradients=tick.gradients, check=False)
             signals.step_finished()
@@ -216,6 +240,8 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation):
                 or any(c.reads(tick) for c in callbacks)
             ):
                 flush_guard(trainer, run_dir)
+            if peers is not None:  # its collectives are done: the workers read its results
+                peers.step_finished()
             reason = conditions.check(tick)
             if reason is not None:
                 end_stage(schedule, tick, reason)
@@ -847,11 +873,7 @@ class StopSignals:
                 self._exit(signum, self.expired(self.number, grace))
 
     def _exit(self, signum, message):
-        name = signal.Signals(signum).name
-        try:
-            os.write(2, f"stagegan: error: {name}: {message}\n".encode(errors="replace"))
-        finally:
-            os._exit(128 + signum)
+        say_and_exit(f"{signal.Signals(signum).name}: {message}", 128 + signum)
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
@@ -872,6 +894,67 @@ class StopSignals:
             signal.set_wakeup_fd(self.wakeup)
             os.close(self.pipe[1])  # the watcher reads end-of-file and returns
             self.pipe = None
+        return False
+
+
+def say_and_exit(message, status):
+    """Write `stagegan: error: {message}` (a string, or a function that returns it) as one
+    line on stderr and end the process at once with `status`, from any thread: the main
+    thread may be blocked inside TensorFlow. The line goes to `sys.stderr`, not descriptor 2,
+    which the CLI points at /dev/null (`cli.main.import_tensorflow`)."""
+    try:
+        text = message() if callable(message) else message
+        sys.stderr.write(f"stagegan: error: {text}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+class PeerDeadline:
+    """A multi-worker step that waits longer than `timeout` seconds (at least three times
+    the last step's time, so a slow model's step is not taken for a silent peer) ends the
+    process: a watcher thread writes `message(step number, seconds waited)` as one line and
+    exits at once with `PeerLost`'s status (4). TensorFlow's own collective deadline is
+    longer (`placement._multi_worker_strategy`): its abort of a receive still pending from the
+    silent peer can crash the process (SIGSEGV, no message), so stagegan must act first.
+    Nothing is saved then: every checkpoint needs the silent peer. The loop watches the
+    steps of step functions it has run before in this process; a first run traces."""
+
+    POLL = 0.1
+
+    def __init__(self, timeout, message):
+        self.timeout, self.message = timeout, message
+        self.in_step = None  # when the watched step in flight began
+        self.number = 0
+        self.last_step = 0.0
+        self.done = threading.Event()
+
+    def step_started(self, number):
+        self.number, self.in_step = number, time.monotonic()
+
+    def step_finished(self):
+        if self.in_step is not None:
+            self.last_step = time.monotonic() - self.in_step
+        self.in_step = None
+
+    def _watch(self):
+        while not self.done.wait(self.POLL):
+            began = self.in_step
+            if began is None:
+                continue
+            waited = time.monotonic() - began
+            if waited > max(self.timeout, 3 * self.last_step):
+                say_and_exit(functools.partial(self._line, waited), PeerLost.status)
+
+    def _line(self, waited):
+        return f"{PeerLost.key_name}: {self.message(self.number, waited)}"
+
+    def __enter__(self):
+        threading.Thread(target=self._watch, daemon=True, name="peer-deadline").start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
         return False
 
 
