@@ -501,10 +501,16 @@ def test_a_stage_is_its_declared_fields_with_their_resume_rules():
     )
 
     assert set(STAGE_KEYS) == {
-        "name", "steps", "mode", "updates", "until", "augment", "resolution", "fade_in"
+        "name", "steps", "mode", "updates", "until", "augment", "resolution", "fade_in",
+        "batch_size",
     }  # fmt: skip
     rules = {name: stage_resume_rule(name) for name in STAGE_KEYS}
-    assert rules == {**dict.fromkeys(STAGE_KEYS), "steps": WHILE_RUNNING, "until": BEFORE_START}
+    assert rules == {
+        **dict.fromkeys(STAGE_KEYS),
+        "steps": WHILE_RUNNING,
+        "until": BEFORE_START,
+        "batch_size": BEFORE_START,
+    }
     augment = {"ops": ["xflip"], "p": 0.5}
     raw = base(augment=augment)
     raw["stages"][1] = {**raw["stages"][1], "augment": None}

@@ -1,7 +1,8 @@
 """Progressive growing (`model.arch: progressive`, `stages[i].resolution` / `fade_in`): alpha's
 path and the blends against hand computations, isolation of the blocks a stage does not use,
 and exactness: a run resumed in the middle of a transition, a run extended by its remaining
-stages, and towers and mirrored replicas against one device."""
+stages, and towers, mirrored replicas and two worker processes against one device, each across
+the stages' own batch sizes (`stages[i].batch_size`)."""
 
 import copy
 import json
@@ -29,6 +30,9 @@ STAGES = [  # (name, steps, resolution, fade_in); data.size 8
     ("fade8", 4, 8, True),
     ("r8", 2, None, False),
 ]
+# Each stage's own global batch, as the reference lowers it when the resolution grows: the
+# resume, extension, towers, mirrored and two-worker tests below cross two batch changes.
+BATCHES = {"r4": 16, "fade8": 4}
 # SGD with momentum: Adam (beta_1 0) turns rounding-sized gradients into steps of the full
 # learning rate, so towers would agree only to ~lr; momentum keeps slots to check and stays
 # linear (towers agree to float32 rounding).
@@ -43,6 +47,8 @@ def raw_config(stages=STAGES, **changes):
             stage["resolution"] = resolution
         if fade:
             stage["fade_in"] = True
+        if name in BATCHES:
+            stage["batch_size"] = BATCHES[name]
         stage_list.append(stage)
     raw = {
         "name": "pg",

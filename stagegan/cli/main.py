@@ -490,7 +490,7 @@ def cmd_launch(args):
         parsed.set = [*parsed.set, setting]
         config = train_plan(parsed, chief=True).config  # the folder, a warm start's source
         if not args.ps:  # every worker trains the global batch's share, into one folder
-            check_batch_divides(config.batch_size, args.workers)
+            check_batch_divides(config.batch_sizes, args.workers)
             if parsed.run_dir is None:  # reserve the next numbered folder, empty
                 folder = RunFolder.create(None, name=config.name)
                 worker_args += ["--run-dir", str(folder.path)]

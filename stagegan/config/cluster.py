@@ -249,10 +249,13 @@ def _gpu_count(environ):
 def check_batch_divides(batch_size, replicas):
     """The global batch is split evenly across replicas; anything else is a config error.
     The one divisibility check: `placement` runs it on the resolved replicas, and `launch`
-    on its worker count (each worker holds at least one replica) before any worker starts."""
-    if batch_size % replicas:
-        raise ConfigError(
-            "batch_size",
-            f"{batch_size} does not divide evenly across {replicas} towers "
-            f"(use a multiple of {replicas})",
-        )
+    on its worker count (each worker holds at least one replica) before any worker starts.
+    `batch_size`: an int, or `{config key: global batch}` (`RunConfig.batch_sizes`)."""
+    sizes = batch_size if isinstance(batch_size, dict) else {"batch_size": batch_size}
+    for key, size in sizes.items():
+        if size % replicas:
+            raise ConfigError(
+                key,
+                f"{size} does not divide evenly across {replicas} towers "
+                f"(use a multiple of {replicas})",
+            )

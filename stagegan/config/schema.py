@@ -588,6 +588,8 @@ class Stage:
     augment: object = option(INHERIT, as_given, null=True)
     resolution: object = option(None, optional(integer(4)))  # the side it trains at (progressive)
     fade_in: bool = option(False, boolean)  # a transition stage: the new blocks fade in
+    # its global batch (None: the run's `batch_size`; `RunConfig.batch_of`)
+    batch_size: object = option(None, optional(integer(1)), resume=BEFORE_START)
 
     def settle(self, named, optimizers, shared, augment):
         """The stage with its updates, `until` and `augment` read (`augment`: the run's),
@@ -612,6 +614,13 @@ class Stage:
 
 
 STAGE_KEYS = record_keys(Stage)
+
+
+def batch_sizes(stages, batch_size):
+    """`{config key: global batch}`: the run's `batch_size` (samples and evaluations use it
+    too) and the stages' own (`stages[i].batch_size`), each to be checked under its key."""
+    own = {f"{s.key}.batch_size": s.batch_size for s in stages if s.batch_size is not None}
+    return {"batch_size": batch_size, **own}
 
 
 def stage_resume_rule(name):
@@ -868,6 +877,20 @@ class RunConfig:
     @property
     def total_steps(self):
         return sum(stage.steps for stage in self.stages)
+
+    def batch_of(self, stage):
+        """The global batch of `stage`: its own `batch_size`, else the run's."""
+        return self.batch_size if stage.batch_size is None else stage.batch_size
+
+    @property
+    def batch_sizes(self):
+        """`{config key: global batch}` (`batch_sizes`)."""
+        return batch_sizes(self.stages, self.batch_size)
+
+    @property
+    def largest_batch(self):
+        """The largest global batch a step draws (what the memory checks size)."""
+        return max(self.batch_of(stage) for stage in self.stages)
 
     def used_terms(self, stages=None):
         """The loss terms the updates of `stages` (default: every stage) train on."""

@@ -112,11 +112,12 @@ class Augmenter:
     def metrics(self):
         return {"augment/p": tf.identity(self.p), "augment/rt": tf.identity(self.rt)}
 
-    def observe(self, real_accuracy, applied=None):
+    def observe(self, real_accuracy, applied=None, batch_size=None):
         """After a discriminator update: add its r_t (2 * accuracy - 1) to the sums (`rt`
         then holds their running mean), and every `interval` of them move an adaptive p and
         start the sums afresh. `applied`: a bool tensor (the update ran and was not skipped),
-        or None for always."""
+        or None for always. `batch_size`: the global batch of the observing stage (None:
+        the run's)."""
         accuracy = tf.cast(real_accuracy, tf.float32)
         counted = tf.math.is_finite(accuracy)
         if applied is not None:
@@ -128,7 +129,7 @@ class Augmenter:
         self.rt.assign(tf.where(self.count > 0, rt, self.rt))
         due = self.count >= self.config.interval
         if self.config.adaptive:
-            step = n * self.batch_size / self.config.speed
+            step = n * (batch_size or self.batch_size) / self.config.speed
             moved = tf.clip_by_value(self.p + tf.sign(rt - self.config.target) * step, 0.0, 1.0)
             self.p.assign(tf.where(due, moved, self.p))
         self.sign_sum.assign(tf.where(due, 0.0, self.sign_sum))

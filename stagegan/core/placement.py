@@ -18,6 +18,7 @@ must happen before TensorFlow initialises its devices). `auto` is every visible 
 
 import contextlib
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -212,7 +213,8 @@ class Placement:
 
 
 def resolve_placement(config, batch_size):
-    """The `Placement` of a `config.DevicesConfig` (`auto`: see `choose_layout`).
+    """The `Placement` of a `config.DevicesConfig` (`auto`: see `choose_layout`) for global
+    batches `batch_size` (an int, or `{config key: global batch}`: `RunConfig.batch_sizes`).
 
     Raises:
         ConfigError: more towers than devices, an unknown device name, a batch that does not
@@ -246,7 +248,8 @@ def resolve_placement(config, batch_size):
         variables = PS_DEVICE
         towers, labels, backend = ("/CPU:0",), ("worker",), "parameter_server"
     else:
-        layout = choose_layout(config, gpus, batch_size)
+        sizes = batch_size.values() if isinstance(batch_size, dict) else [batch_size]
+        layout = choose_layout(config, gpus, math.gcd(*sizes))
         towers, variables, backend = layout.towers, layout.variables, layout.strategy
         _check_devices_exist(towers, variables)
         strategy = _local_strategy(backend, towers, variables)

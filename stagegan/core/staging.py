@@ -36,21 +36,23 @@ class Staging:
         fetch: `() -> {name: tensor}`, the task's real batch (`Task.real_batch`); called
             inside the step functions, where the unstaged run calls it.
         device: where the buffer lives (the draw device).
+        name: told apart from the other stagings of a run (one for each batch size its
+            stages draw): `""` for the run's `batch_size`, `"b16_"` for 16.
     """
 
-    def __init__(self, fetch, device):
-        self.fetch = fetch
+    def __init__(self, fetch, device, name=""):
+        self.fetch, self.name = fetch, name
         # The buffer's shapes and dtypes, from a trace of `fetch` that never runs (no
         # batch is read, no random number drawn).
         spec = tf.function(fetch, autograph=False).get_concrete_function().structured_outputs
         with tf.device(device):
             self.buffer = {
-                name: tf.Variable(
-                    tf.zeros(value.shape, value.dtype), trainable=False, name=f"staged_{name}"
+                key: tf.Variable(
+                    tf.zeros(value.shape, value.dtype), trainable=False, name=f"staged_{name}{key}"
                 )
-                for name, value in spec.items()
+                for key, value in spec.items()
             }
-            self.full = tf.Variable(False, trainable=False, name="staged_full")
+            self.full = tf.Variable(False, trainable=False, name=f"staged_{name}full")
 
     def next(self):
         """The staged batch (fetched now when the buffer is empty), and the following
@@ -65,8 +67,9 @@ class Staging:
 
     def trackables(self):
         """The checkpointed buffer (`data_staged_<name>`, `data_staged_full`)."""
-        objects = {f"{STAGED_PREFIX}{name}": v for name, v in self.buffer.items()}
-        return {**objects, f"{STAGED_PREFIX}full": self.full}
+        prefix = f"{STAGED_PREFIX}{self.name}"
+        objects = {f"{prefix}{key}": v for key, v in self.buffer.items()}
+        return {**objects, f"{prefix}full": self.full}
 
 
 def to_replica_floats(shard):

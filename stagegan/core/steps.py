@@ -306,7 +306,8 @@ class StageStep:
             if self.observe is not None:
                 self.observe(averaged.terms, applied)
             if self.augmenter is not None and "d_real_accuracy" in averaged.terms:
-                self.augmenter.observe(averaged.terms["d_real_accuracy"], applied)
+                accuracy = averaged.terms["d_real_accuracy"]
+                self.augmenter.observe(accuracy, applied, self.stage.batch_size)
 
     def _idle(self, plan):
         """An update's output on a step it does not run: NaN metrics, skipped -1."""

@@ -115,6 +115,12 @@ def describe_plan(trainer):
         lines.append(
             f"stage {index} {stage.name!r}: {stage.steps} steps "
             f"(global {first}..{first + stage.steps - 1}), mode {stage.mode}"
+            + (
+                ""
+                if stage.batch_size is None
+                else f", batch {stage.batch_size} ({stage.batch_size // len(towers)} per "
+                + ("tower)" if placement.strategy is None else "replica)")
+            )
         )
         if stage.until is not None:
             lines.append(f"  until: {stage.until.describe()}; at most {stage.steps} steps")

@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.config.overrides import format_key_path
+from stagegan.config.schema import batch_sizes
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import pack, unpack
 from stagegan.data.real import RealImages
@@ -140,7 +141,10 @@ class Context:
     a stage's step traces. A task reads it; only the trainer writes it.
 
     Attributes:
-        batch_size: the global batch size.
+        batch_size: the largest global batch a step draws (the run's `batch_size`, unless
+            stages set their own).
+        batch_unit: the number every stage's global batch is a multiple of (their greatest
+            common divisor): a stream serves batches of it, a step reads as many as it needs.
         host: where an in-memory data set is held and its batches gathered (the host CPU).
         reader: where a stream's iterator lives (None: the builder's device scope). Under
             `parameter_server` both are the chief: the one machine that needs the data.
@@ -151,6 +155,7 @@ class Context:
     """
 
     batch_size: int = None
+    batch_unit: int = None
     host: str = "/CPU:0"
     reader: object = None
     stage: object = None
@@ -188,6 +193,7 @@ class Task:
     monitor_terms = {}
     defaults = {"data": {}, "model": {}, "loss": {}}
     pack = 1  # samples per discriminator input (PacGAN's packing degree)
+    _grows = False  # whether stages may set `resolution` and `fade_in` (progressive growing)
     # Optional capabilities, declared by the tasks that have them (the trainer and the doors
     # read this set; they never probe for members):
     #   "staged":  `real_batch` reads on the host (tf.data, host memory): the trainer draws
@@ -277,7 +283,7 @@ class Task:
         image GANs), and a packing degree that does not divide each replica's shard of the
         global batch (packs are formed inside each shard, so that no pack spans two
         devices)."""
-        for stage in stages:
+        for stage in stages if not self._grows else ():
             for key in ("resolution", "fade_in"):
                 if getattr(stage, key):
                     raise ConfigError(
@@ -287,14 +293,15 @@ class Task:
                         + (f", arch {self.model.get('arch')}" if self.model.get("arch") else "")
                         + ")",
                     )
-        shard = batch_size // replicas
-        if shard % self.pack:
-            raise ConfigError(
-                "model.pack",
-                f"must divide each replica's share of the batch (batch_size {batch_size} over "
-                f"{replicas} replica{'s' if replicas > 1 else ''} = {shard}). "
-                f"Received: {self.pack}",
-            )
+        for key, size in batch_sizes(stages, batch_size).items():
+            shard = size // replicas
+            if shard % self.pack:
+                raise ConfigError(
+                    "model.pack",
+                    f"must divide each replica's share of the batch ({key} {size} over "
+                    f"{replicas} replica{'s' if replicas > 1 else ''} = {shard}). "
+                    f"Received: {self.pack}",
+                )
 
     # Memory ----------------------------------------------------------------------------------
 
@@ -540,6 +547,7 @@ class ImageTask(Task):
             self.context.host,
             self.context.reader,
             self.recorded_clusters,
+            self.context.batch_unit,
         )
 
     @property

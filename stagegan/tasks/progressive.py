@@ -172,13 +172,14 @@ def check_stages(stages, size):
             )
 
 
-def check_group(group, shard):
-    """The minibatch standard deviation's groups must tile each replica's shard."""
+def check_group(group, shard, batch_key="batch_size"):
+    """The minibatch standard deviation's groups must tile each replica's shard (of the
+    global batch `batch_key`)."""
     if shard % min(group, shard):
         raise ConfigError(
             "model.mbstd_group",
-            f"must divide each replica's share of the batch ({shard}), so that no group spans "
-            f"two devices. Received: {group}",
+            f"must divide each replica's share of the batch ({batch_key}: {shard} a "
+            f"replica), so that no group spans two devices. Received: {group}",
         )
 
 

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from stagegan.config.schema import batch_sizes
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import conv2d, dense
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
@@ -126,12 +127,16 @@ class Unconditional(ImageTask):
         if self.arch == "progressive":
             self.growth = progressive.Growth(self, device)
 
+    @property
+    def _grows(self):
+        return self.arch == "progressive"
+
     def check(self, stages, batch_size, replicas):
-        if self.arch != "progressive":
-            return super().check(stages, batch_size, replicas)
-        progressive.check_stages(stages, self.size)
-        super().check((), batch_size, replicas)
-        progressive.check_group(self.model["mbstd_group"], batch_size // replicas)
+        super().check(stages, batch_size, replicas)
+        if self._grows:
+            progressive.check_stages(stages, self.size)
+            for key, size in batch_sizes(stages, batch_size).items():
+                progressive.check_group(self.model["mbstd_group"], size // replicas, key)
 
     def begin_step(self, stage, stage_step):
         if self.growth is not None:

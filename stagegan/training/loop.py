@@ -370,7 +370,7 @@ class MetricsLog(Callback):
         meter.pending.append(tick.output.metrics)
         stage_step = self.trainer.stage_steps[position.stage_index]
         batches = stage_step.batches_per_step(position.stage_step)
-        meter.examples += batches * self.config.batch_size
+        meter.examples += batches * self.config.batch_of(tick.stage)
         if not self.reads(tick):
             self.progress.step(position, tick.done)
             return

@@ -12,6 +12,7 @@ optimizers, guards) and the stage steps.
 import contextlib
 import functools
 import logging
+import math
 from dataclasses import dataclass
 
 import keras
@@ -93,7 +94,7 @@ class Trainer:
         self.until_state = until_state
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
-        self.placement = resolve_placement(config.devices, config.batch_size)
+        self.placement = resolve_placement(config.devices, config.batch_sizes)
         self.multi_worker = config.devices.strategy == "multi_worker"
         self.in_flight = 0  # steps scheduled on workers and not waited for
         keras.utils.set_random_seed(config.seed)
@@ -113,11 +114,15 @@ class Trainer:
         check_metrics(config.stages, self.updates.plans)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
-        self.staging = None
-        if "staged" in self.task.capabilities:  # outside the strategy's scope: plain variables
-            # `task.real_batch` looked up when traced (a benchmark may replace it).
-            fetch = lambda: converted(self.task.real_batch)(config.batch_size)
-            self.staging = Staging(fetch, self.placement.variables)
+        # One staged batch for each size the stages draw (outside the strategy's scope:
+        # plain variables), or none.
+        self.stagings = {}
+        if "staged" in self.task.capabilities:
+            for size in dict.fromkeys(config.batch_of(stage) for stage in config.stages):
+                # `task.real_batch` looked up when traced (a benchmark may replace it).
+                fetch = lambda size=size: converted(self.task.real_batch)(size)
+                name = "" if size == config.batch_size else f"b{size}_"
+                self.stagings[size] = Staging(fetch, self.placement.variables, name)
         replicas = self.placement.make_replicas(self.state_variables)
         after_step = self.ema.update if self.ema is not None else None
         self.stage_steps = [
@@ -154,7 +159,8 @@ class Trainer:
         tensors as in any tf.function.
         """
         batch, losses = converted(self.task.batch), converted(self.task.losses)
-        size, task, staging = self.config.batch_size, self.task, self.staging
+        size, task = self.config.batch_of(stage), self.task
+        staging = self.stagings.get(size)
         augmenter = self.augmenter_of(stage)
 
         def draw():
@@ -200,8 +206,8 @@ class Trainer:
         for name, counter in self.updates.in_a_row.items():
             objects[f"guard_in_a_row_{slug(name)}"] = counter
         objects.update(self.task.trackables())
-        if self.staging is not None:
-            objects.update(self.staging.trackables())
+        for staging in self.stagings.values():
+            objects.update(staging.trackables())
         objects.update(self.term_state(self.config.used_terms()))  # LeCam's averages
         if self.ema is not None:
             objects.update(self.ema.trackables())
@@ -217,8 +223,8 @@ class Trainer:
         random streams, the task's own objects (its data position) and the guard's
         counters."""
         moving_on = {"global_step", *self.rngs.trackables(), *self.task.trackables()}
-        if self.staging is not None:  # the staged batch is part of the data position
-            moving_on.update(self.staging.trackables())
+        for staging in self.stagings.values():  # the staged batch is part of the data position
+            moving_on.update(staging.trackables())
         return {
             name: obj
             for name, obj in self.trackables().items()
@@ -326,14 +332,15 @@ def build_model(config, placement, recorded_clusters=None):
         rngs = RandomStreams(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
         task = make_task(config.task, options, rngs)
-        task.context.batch_size = config.batch_size
+        task.context.batch_size = config.largest_batch
+        task.context.batch_unit = math.gcd(*(config.batch_of(s) for s in config.stages))
         if recorded_clusters is not None:  # an image task on data.labels: clusters
             task.recorded_clusters = recorded_clusters
         if placement.coordinator is not None:  # the chief reads the data (and checkpoints
             task.context.host = task.context.reader = CHIEF_DEVICE  # a stream's position there)
         task.check(config.stages, config.batch_size, placement.replicas)
         counted = task.check_memory(
-            config.batch_size, held_counts(config, task), chunk_size(config)
+            config.largest_batch, held_counts(config, task), chunk_size(config)
         )
         # Outside the strategy's scope: the state of loss terms is plain variables here.
         updates = tuple(u for stage in config.stages for u in stage.updates)
@@ -347,7 +354,7 @@ def build_model(config, placement, recorded_clusters=None):
         with placement.scope(), dtype_policy(precision):
             networks = task.build()
         if not counted:  # a sample's size is known now (a user's task)
-            task.check_memory(config.batch_size, held_counts(config, task), chunk_size(config))
+            task.check_memory(config.largest_batch, held_counts(config, task), chunk_size(config))
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     variables = tuple(check_partition(networks))
     return Model(task, rngs, networks, variables, precision, global_step)

@@ -250,9 +250,12 @@ class ImageSource:
             `eval`), or None: a new run finds its own.
     """
 
-    def __init__(self, options, seed, batch_size, host="/CPU:0", reader=None, recorded=None):
+    def __init__(
+        self, options, seed, batch_size, host="/CPU:0", reader=None, recorded=None, unit=None
+    ):
         check_options(options)
         self.options, self.host = options, host
+        self.unit = unit or batch_size  # a stream's batches: every step's batch is k of them
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         self.clusters = None  # `clusters_record` of `data.labels: clusters`
@@ -277,7 +280,8 @@ class ImageSource:
             self.class_counts = np.bincount(labels, minlength=len(classes))
 
     def draw(self, batch_size, rng):
-        """One global batch as read: `{"x": uint8}` and, with labels, `{"y": int32}`.
+        """One global batch as read: `{"x": uint8}` and, with labels, `{"y": int32}` (a
+        stream: `batch_size` a multiple of `unit`, None for one unit).
 
         An in-memory set is gathered on the host (`self.host`), where the images are: only
         the batch travels to the device that draws it. (TensorFlow has no GPU gather for
@@ -288,7 +292,15 @@ class ImageSource:
             # `next` counts towards tf.data's limit of 32 per iterator ("an unusually high
             # number of get_next() calls"), and a run of 9 stages traces 36 reads (two per
             # stage and variant). The stream repeats, so the optional always holds a batch.
-            return self.iterator.get_next_as_optional().get_value()
+            # A stage whose batch is k units reads k of them, in order: the position in the
+            # stream is the same whatever the stages' batches were.
+            parts = [
+                self.iterator.get_next_as_optional().get_value()
+                for _ in range(1 if batch_size is None else batch_size // self.unit)
+            ]
+            if len(parts) == 1:
+                return parts[0]
+            return {key: tf.concat([part[key] for part in parts], 0) for key in parts[0]}
         index = rng.uniform([batch_size], 0, self.images.shape[0], dtype=tf.int32)
         with tf.device(self.host):
             batch = {"x": tf.gather(self.images, index)}

@@ -514,7 +514,7 @@ class FolderSource(Source):
         target.clusters = clusters_record(o, whole)  # held-out files too: they keep a class
         target.split = None if held is None else held.split
         cached = decode_files(listing.files, o["size"], o["channels"]) if memory else None
-        target.iterator = iter(folder_dataset(listing, o, seed, batch_size, cached))
+        target.iterator = iter(folder_dataset(listing, o, seed, target.unit, cached))
 
     def peek(self):
         files = list_folder(self.options).files

@@ -205,7 +205,7 @@ class TfrecordSource(Source):
         if self.options["holdout"]:
             target.split = tfrecord_split(self.options)
             check_count(target.split["training_files"], batch_size, self.options["path"])
-        target.iterator = iter(tfrecord_dataset(self.options, seed, batch_size))
+        target.iterator = iter(tfrecord_dataset(self.options, seed, target.unit))
         if self.options["labels"] is not None:
             target.classes = [str(name) for name in self.options["classes"]]
 
