@@ -113,9 +113,16 @@ def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_
         # the train plan, checked once by launch as train checks it
         (["--workers", "2", "--init-from", "nowhere"], "init.run"),
         (["--workers", "2", "--resume", "nowhere", "--config", "mog_ring"], "--config"),
+        # each worker would refuse it: once, here
+        (["--workers", "2", "--set", "stages[0].batch_size=3"], "stages[0].batch_size"),
+        (["--workers", "2", "--set", "log.every=7"], "STAGEGAN_COLLECTIVE_TIMEOUT"),
     ],
 )
-def test_launch_checks_its_arguments_before_starting_workers(args, key, tmp_path, capfd):
+def test_launch_checks_its_arguments_before_starting_workers(
+    args, key, tmp_path, capfd, monkeypatch
+):
+    if key == "STAGEGAN_COLLECTIVE_TIMEOUT":
+        monkeypatch.setenv(key, "soon")
     os.chdir(tmp_path)
     try:
         status = cli.main(["launch", *args])
@@ -182,3 +189,59 @@ def test_sample_from_a_multi_worker_run_needs_no_cluster(launched, capfd, tmp_pa
     assert cli.main(["sample", "--run", str(run_dir), "--num", "6", "--output", str(output)]) == 0
     capfd.readouterr()
     assert np.load(output).shape == (6, 2)
+
+
+def test_a_step_s_deadline_follows_the_steps_before_within_bounds():
+    """At least the timeout T, three times the median step time, at most 3 T; a patient step
+    (after extra work somewhere) gets 3 T; a step function's first run is not watched."""
+    from stagegan.training.loop import PeerDeadline
+
+    deadline = PeerDeadline(2.0, None)
+    deadline.step_started(1)
+    assert deadline.watch[2] == 2.0  # no history: T
+    deadline.times.extend([1.0, 1.2, 9.0])  # median 1.2
+    deadline.step_started(5)
+    assert deadline.watch[0] == 5 and deadline.watch[2] == pytest.approx(3.6)
+    deadline.step_started(6, patient=True)
+    assert deadline.watch[2] == 6.0
+    deadline.times.extend([5.0] * 4)
+    deadline.step_started(7)
+    assert deadline.watch[2] == 6.0  # 15 s capped at 3 T, inside TensorFlow's 4 T
+    deadline.step_started(8, watched=False)
+    assert deadline.watch is None
+    deadline.step_finished()
+    assert len(deadline.times) == 8
+
+
+WAITS = """
+import sys
+import time
+from stagegan.cli.main import import_tensorflow
+import_tensorflow()  # as the CLI does: descriptor 2 goes to /dev/null
+from stagegan.training import loop
+from stagegan.training.loop import PeerDeadline
+loop.TEMPORARY.append(sys.argv[1])  # a worker's temporary run folder: removed on the way out
+with PeerDeadline(0.5, lambda number, waited: f"step {number} waited {waited >= 0.5}") as d:
+    d.step_started(12)
+    time.sleep(30)
+"""
+
+
+def test_a_step_past_its_deadline_ends_the_process_with_one_line(tmp_path):
+    folder = tmp_path / "stagegan-worker-x"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "ckpt-1.index").write_bytes(b"0" * 100)
+    began = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", WAITS, str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 4, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "stagegan: error: multi_worker: step 12 waited True"
+    ], result.stderr
+    assert time.monotonic() - began < 25
+    assert not folder.exists()

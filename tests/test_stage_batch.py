@@ -100,8 +100,9 @@ def test_the_plan_shows_each_stage_s_batch(folder, tmp_path):
         (0, {"batch_size": "big"}, ["stages[0].batch_size: "]),
         (0, {"batch_size": 0}, ["stages[0].batch_size: "]),
         (0, {"batch_size": 12}, ["model.mbstd_group: ", "stages[0].batch_size: 3 a replica"]),
+        (0, {"batch_size": 2**34}, ["stages[0].batch_size: would need about"]),
     ],
-    ids=["not divisible", "not a number", "zero", "mbstd group"],
+    ids=["not divisible", "not a number", "zero", "mbstd group", "too large for memory"],
 )
 def test_bad_stage_batches_are_one_line(stage, changes, words, tmp_path):
     raw = raw_config(devices={"towers": 4})
@@ -122,3 +123,56 @@ def test_a_started_stage_keeps_its_batch_on_resume(tmp_path):
     result = inprocess("train", "--resume", run, "--checkpoint", "2", "--set",
                        "stages[0].batch_size=8")  # fmt: skip
     assert_user_error(result, "stages[0].batch_size")
+
+
+@pytest.fixture(scope="module")
+def streamed_run(folder, tmp_path_factory):
+    """The progressive test's run (r4 at batch 16, fade8 at 4, r8 at 8) on the numbered
+    folder: a stream of units of 4, staged a step ahead in three buffers."""
+    from toytask import finished_run
+
+    raw = raw_config(data=folder_data(folder))
+    return finished_run(tmp_path_factory.mktemp("streamed") / "run", raw)
+
+
+def test_a_streamed_run_resumed_after_a_batch_change_ends_bit_identical(streamed_run, tmp_path):
+    """From step 4 (fade8's second step: its stream position and the 16-image batch that r4
+    drew ahead are both in the checkpoint)."""
+    import shutil
+
+    from toytask import read_checkpoint
+
+    copied = tmp_path / "copy"
+    shutil.copytree(streamed_run, copied)
+    result = inprocess("train", "--resume", copied, "--checkpoint", "4")
+    assert result.returncode == 0, result.stderr
+    final = "checkpoints/ckpt-00000008"
+    # Everything but the stream's own state (a variant numpy cannot hold): the weights, the
+    # optimizers' slots and the three staged buffers.
+    expected, got = (
+        read_checkpoint(r / final, skip="data_iterator") for r in (streamed_run, copied)
+    )
+    assert sorted(got) == sorted(expected)
+    assert sum(key.startswith("data_staged_b16_") for key in got) == 2  # x and full
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+def test_a_change_that_moves_a_stream_s_unit_is_refused_on_resume(streamed_run, tmp_path):
+    """Units of 4 are prefetched in the checkpointed stream: a stage added at batch 2 would
+    need units of 2. One line naming the new stage's key; the run folder unchanged."""
+    import json
+    import shutil
+
+    from test_bad_input import snapshot as files
+
+    copied = tmp_path / "copy"
+    shutil.copytree(streamed_run, copied)
+    before = files(copied)
+    stage = {**raw_config()["stages"][2], "name": "more", "batch_size": 2}
+    result = inprocess("train", "--resume", copied, "--set", f"stages[+]={json.dumps(stage)}")
+    assert_user_error(result, "stages[3].batch_size: ", "batches of 2", "batches of 4")
+    assert files(copied) == before
+    stage["batch_size"] = 12  # a multiple of 4 keeps the unit: accepted
+    result = inprocess("train", "--resume", copied, "--set", f"stages[+]={json.dumps(stage)}")
+    assert result.returncode == 0, result.stderr

@@ -439,6 +439,7 @@ def cmd_launch(args):
         host_gpus,
         launch,
     )
+    from stagegan.config.cluster import collective_timeout
 
     if args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
@@ -448,6 +449,8 @@ def cmd_launch(args):
         raise ConfigError(
             "--grace", f"must be a number of seconds, 0 or more. Received: {args.grace}"
         )
+    if not args.ps:  # every worker reads it (`PeerDeadline`): checked once, here
+        collective_timeout()
     processes = args.workers + (args.ps + 1 if args.ps else 0)
     check_memory(
         [

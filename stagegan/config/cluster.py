@@ -68,18 +68,27 @@ def worker_cluster():
     return task_type, index, chief
 
 
+# A multi-worker step may wait at most PATIENCE timeouts for a peer (`loop.PeerDeadline`);
+# TensorFlow's own collective deadline is past that (TF_DEADLINE timeouts), so stagegan acts
+# first (`placement._multi_worker_strategy`).
+PATIENCE = 3
+TF_DEADLINE = 4
+
+
 def collective_timeout():
     """Seconds a multi-worker step may wait for a peer that stopped answering
-    (`STAGEGAN_COLLECTIVE_TIMEOUT`, default 300): the training loop's `PeerDeadline` stops
-    the run then. A dead worker's closed connection fails the others at once."""
+    (`STAGEGAN_COLLECTIVE_TIMEOUT`, default 300; 0: no deadline): the training loop's
+    `PeerDeadline` stops the run then. A dead worker's closed connection fails the others at
+    once."""
     text = os.environ.get("STAGEGAN_COLLECTIVE_TIMEOUT", "300")
     try:
         timeout = float(text)
     except ValueError:
         timeout = math.nan
-    if not (math.isfinite(timeout) and timeout > 0):
+    if not (math.isfinite(timeout) and timeout >= 0):
         raise ConfigError(
-            "STAGEGAN_COLLECTIVE_TIMEOUT", f"must be a positive number of seconds; got {text!r}"
+            "STAGEGAN_COLLECTIVE_TIMEOUT",
+            f"must be a number of seconds, 0 or more (0: no deadline); got {text!r}",
         )
     return timeout
 

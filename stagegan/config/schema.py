@@ -888,9 +888,20 @@ class RunConfig:
         return batch_sizes(self.stages, self.batch_size)
 
     @property
+    def batch_unit(self):
+        """The greatest common divisor of the stages' global batches: a streamed source
+        serves batches of it (`ImageSource.unit`)."""
+        return math.gcd(*(self.batch_of(stage) for stage in self.stages))
+
+    @property
     def largest_batch(self):
-        """The largest global batch a step draws (what the memory checks size)."""
-        return max(self.batch_of(stage) for stage in self.stages)
+        """`(key, size)` of the largest global batch a step draws (what the memory checks
+        size): the run's `batch_size` or a stage's own, named by its key."""
+        keyed = [
+            ("batch_size" if s.batch_size is None else f"{s.key}.batch_size", self.batch_of(s))
+            for s in self.stages
+        ]
+        return max(keyed, key=lambda pair: pair[1])
 
     def used_terms(self, stages=None):
         """The loss terms the updates of `stages` (default: every stage) train on."""

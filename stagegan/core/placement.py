@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from stagegan.config.cluster import (
+    TF_DEADLINE,
     check_batch_divides,
     collective_timeout,
     host_gpus,
@@ -298,14 +299,14 @@ def _local_strategy(name, towers, variables):
 
 def _multi_worker_strategy():
     worker_cluster()  # a clear error for a missing or broken TF_CONFIG
-    # TensorFlow's own deadline is twice stagegan's: when a peer stops answering, the loop's
-    # `PeerDeadline` ends the process first. TensorFlow's abort of a collective whose
-    # receive from the silent peer is still pending can free the operation's cancellation
-    # manager before that receive's gRPC call completes, which then dies by SIGSEGV
-    # (`CancellationManager::DeregisterCallback` from `CancellableCall`, TF 2.21; seen under
-    # CPU load, 1 run in 3). It stays the deadline of what the loop does not watch: the first
-    # step of each stage (it traces) and a checkpoint's collectives.
-    timeout = 2 * collective_timeout()
+    # TensorFlow's own deadline is past the longest of stagegan's (`loop.PeerDeadline`): when
+    # a peer stops answering, the loop ends the process first. TensorFlow's abort of a
+    # collective whose receive from the silent peer is still pending can free the
+    # operation's cancellation manager before that receive's gRPC call completes, which then
+    # dies by SIGSEGV (`CancellationManager::DeregisterCallback` from `CancellableCall`, TF
+    # 2.21; seen under CPU load, 1 run in 3). It stays the deadline of what the loop does not
+    # watch: a step function's first run (it traces) and a checkpoint's collectives.
+    timeout = TF_DEADLINE * collective_timeout() or None  # 0: none
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 

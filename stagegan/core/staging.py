@@ -12,7 +12,10 @@ of TensorFlow 1's multi-GPU benchmarks, with a variable in place of the queue).
 What changes nothing:
 * the order: the step that finds the buffer empty (the first step of a run, or a resumed
   run whose checkpoint holds no staged batch) draws its own batch first, then the next one,
-  so the batches consumed are those an unstaged run consumes, in the same order;
+  so the batches consumed are those an unstaged run consumes, in the same order (while the
+  stages draw batches of one size; with `stages[i].batch_size` each size has its own
+  buffer, and the batch the last step of a size drew ahead waits in it for the next stage of
+  that size, or is never used);
 * the position: the buffer and its `full` flag are checkpointed with the data iterator (or
   the data stream), so a resumed run consumes exactly what the uninterrupted run would.
 

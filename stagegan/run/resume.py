@@ -203,7 +203,32 @@ def check_changes(old, new, step, ends=None):
         changes[key] = (before, after)
     for index, stage in enumerate(new.raw["stages"][kept:], start=kept):
         changes[f"stages[{index}]"] = (None, stage)
+    _check_stream_unit(old, new)
     return changes
+
+
+STREAMED = ("folder", "tfrecord")  # sources whose checkpointed iterator holds batches
+
+
+def _check_stream_unit(old, new):
+    """A streamed source serves batches of the stages' greatest common divisor
+    (`ImageSource.unit`), and its checkpointed iterator holds some of them prefetched: a
+    change of the stages' batches (`stages[i].batch_size`, a stage added) that moves that
+    divisor cannot go on from it."""
+    source, before, after = old.data.get("source"), old.batch_unit, new.batch_unit
+    if source not in STREAMED or before == after:
+        return
+    moved = [
+        index
+        for index, stage in enumerate(new.stages)
+        if index >= len(old.stages) or new.batch_of(stage) != old.batch_of(old.stages[index])
+    ]
+    raise ConfigError(
+        f"stages[{moved[0]}].batch_size" if moved else "stages",
+        f"would make the {source} stream serve batches of {after} images, but this run's "
+        f"checkpointed stream holds batches of {before}: on resume the stages' batches must "
+        f"keep {before} as their greatest common divisor",
+    )
 
 
 def _check_stage_steps(schedule, index, steps, step, key):

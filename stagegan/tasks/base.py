@@ -142,7 +142,7 @@ class Context:
 
     Attributes:
         batch_size: the largest global batch a step draws (the run's `batch_size`, unless
-            stages set their own).
+            stages set their own), and `batch_key` its config key.
         batch_unit: the number every stage's global batch is a multiple of (their greatest
             common divisor): a stream serves batches of it, a step reads as many as it needs.
         host: where an in-memory data set is held and its batches gathered (the host CPU).
@@ -155,6 +155,7 @@ class Context:
     """
 
     batch_size: int = None
+    batch_key: str = "batch_size"
     batch_unit: int = None
     host: str = "/CPU:0"
     reader: object = None
@@ -321,12 +322,14 @@ class Task:
         """
         return Sizes([], [], MEASURED, ())
 
-    def check_memory(self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size"):
+    def check_memory(
+        self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size", batch_key="batch_size"
+    ):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
         would not fit (`stagegan.config.memory.check_memory`), before any is allocated.
 
         Args:
-            batch_size: the global batch.
+            batch_size: the global batch (the largest a stage draws), named `batch_key`.
             counts: `(key, count)` of the sample and evaluation counts to check.
             chunk: samples per forward pass when sampling or evaluating (`eval.batch_size`,
                 `--batch-size`), if they may be more than `batch_size`: the activations are
@@ -345,7 +348,7 @@ class Task:
 
         sizes = self.sizes()
         parameters, activations = sizes.parameters, sizes.activations
-        counts, batch_key = list(counts), "batch_size"
+        counts = list(counts)
         if chunk is not None and counts:
             chunk = min(chunk, max(count for _, count in counts))
             if chunk > batch_size:
@@ -548,6 +551,7 @@ class ImageTask(Task):
             self.context.reader,
             self.recorded_clusters,
             self.context.batch_unit,
+            self.context.batch_key,
         )
 
     @property

@@ -24,13 +24,16 @@ and the step's `StepOutput`. Before the callbacks run, a stage's `until:` condit
 schedule (`end_stage`).
 """
 
+import collections
 import contextlib
 import functools
 import logging
 import math
 import os
 import re
+import shutil
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
-from stagegan.config.cluster import collective_timeout
+from stagegan.config.cluster import PATIENCE, collective_timeout
 from stagegan.config.schema import Plateau
 from stagegan.core.monitor import Monitor
 from stagegan.core.until import Conditions
@@ -104,7 +107,7 @@ class Logs:
 AUTO = "auto"  # `train(evaluation=AUTO)`: build the run's evaluation (`build_evaluation`)
 
 
-def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
+def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO, chief_config=None):
     """Run the schedule from the trainer's current global step to the end.
 
     Writes into `run_dir`:
@@ -130,6 +133,9 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
         evaluation: the run's in-training `Evaluation` (`build_evaluation`: the runner builds
             and checks it before the run folder exists), None for none; by default built
             here.
+        chief_config: a non-chief multi-worker worker's: the chief's config, whose sample
+            dumps, evaluations and histograms its own leaves out (`PeerDeadline` allows for
+            the chief's time on them).
 
     Returns:
         The last logged metrics, as floats.
@@ -165,10 +171,13 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO):
                 f"{rejoin}"
             )
 
-        peers = PeerDeadline(collective_timeout(), silent) if trainer.multi_worker else None
+        timeout = collective_timeout() if trainer.multi_worker else 0
+        peers = PeerDeadline(timeout, silent) if timeout else None
         with StopSignals(enabled=not trainer.multi_worker, expired=expired) as signals:
             with peers or contextlib.nullcontext():
-                return _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers)
+                return _loop(
+                    trainer, run_dir, store, signals, stop_after, evaluation, peers, chief_config
+                )
     except GuardStop as e:
         latest = store.latest()
         last = (
@@ -206,9 +215,10 @@ def last_checkpoint(store):
     return f"the last checkpoint is step {latest['step']}" if latest else "no checkpoint yet"
 
 
-def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None):
+def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None, chief_config=None):
     schedule = trainer.schedule
     start = trainer.step_count
+    chief_config = chief_config or trainer.config
     conditions = Conditions(schedule, evaluation, trainer.until_state)
     logs = Logs(
         began=time.perf_counter(),
@@ -217,14 +227,16 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None):
     )
     callbacks = make_callbacks(trainer, run_dir, store, signals, start, logs, evaluation)
     traced = set()  # the step functions this process has run (their first run traces)
+    after_extra = True  # whether the last step was followed by extra work (or none ran yet)
     try:
         for position in schedule.positions(start):
             tick = make_tick(schedule, position, resumed=position.global_step == start)
             for callback in callbacks:
                 callback.on_step_begin(tick)
             variant = (position.stage_index, tick.gradients)
-            if peers is not None and variant in traced:
-                peers.step_started(position.global_step + 1)
+            if peers is not None:
+                patient = after_extra or extra_work(chief_config, tick.done)
+                peers.step_started(tick.done, watched=variant in traced, patient=patient)
             traced.add(variant)
             signals.step_started(position.global_step + 1)
             tick.output = trainer.step(position, with_gradients=tick.gradients, check=False)
@@ -251,6 +263,7 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None):
                 raise tick.stop
             if stopping:
                 break
+            after_extra = tick.stage_done or extra_work(chief_config, tick.done)
     finally:
         for callback in callbacks:
             callback.close()
@@ -897,57 +910,76 @@ class StopSignals:
         return False
 
 
+# Folders a process removes even when it ends at once (`say_and_exit`): a non-chief worker's
+# temporary run folder, which holds its checkpoints (`runner.worker`).
+TEMPORARY = []
+
+
 def say_and_exit(message, status):
     """Write `stagegan: error: {message}` (a string, or a function that returns it) as one
-    line on stderr and end the process at once with `status`, from any thread: the main
-    thread may be blocked inside TensorFlow. The line goes to `sys.stderr`, not descriptor 2,
-    which the CLI points at /dev/null (`cli.main.import_tensorflow`)."""
+    line on stderr, remove the `TEMPORARY` folders, and end the process at once with
+    `status`, from any thread: the main thread may be blocked inside TensorFlow. The line
+    goes to `sys.stderr`, not descriptor 2, which the CLI points at /dev/null
+    (`cli.main.import_tensorflow`)."""
     try:
         text = message() if callable(message) else message
         sys.stderr.write(f"stagegan: error: {text}\n")
         sys.stderr.flush()
+        for folder in TEMPORARY:
+            shutil.rmtree(folder, ignore_errors=True)
     finally:
         os._exit(status)
 
 
 class PeerDeadline:
-    """A multi-worker step that waits longer than `timeout` seconds (at least three times
-    the last step's time, so a slow model's step is not taken for a silent peer) ends the
-    process: a watcher thread writes `message(step number, seconds waited)` as one line and
-    exits at once with `PeerLost`'s status (4). TensorFlow's own collective deadline is
-    longer (`placement._multi_worker_strategy`): its abort of a receive still pending from the
-    silent peer can crash the process (SIGSEGV, no message), so stagegan must act first.
-    Nothing is saved then: every checkpoint needs the silent peer. The loop watches the
-    steps of step functions it has run before in this process; a first run traces."""
+    """A multi-worker step that waits too long for a peer ends the process: a watcher thread
+    writes `message(step number, seconds waited)` as one line and exits at once with
+    `PeerLost`'s status (4). Nothing is saved then: every checkpoint needs the silent peer.
+
+    How long is too long, with `timeout` T (`STAGEGAN_COLLECTIVE_TIMEOUT`): three times the
+    median of the last steps' times, at least T and at most `PATIENCE` x T; a `patient` step
+    (one after a stage's end or a step where the chief does more than the others:
+    histograms, sample dumps or an evaluation, while the others wait in the next step) gets
+    the most. A step function's first run in this
+    process (it traces) is not watched. TensorFlow's own collective deadline is longer still
+    (`cluster.TF_DEADLINE` x T, `placement._multi_worker_strategy`), so stagegan acts first:
+    TensorFlow's abort of a receive still pending from the silent peer can crash the process
+    (SIGSEGV, no message)."""
 
     POLL = 0.1
+    HISTORY = 16  # the steps whose median time sets an ordinary step's deadline
 
     def __init__(self, timeout, message):
         self.timeout, self.message = timeout, message
-        self.in_step = None  # when the watched step in flight began
-        self.number = 0
-        self.last_step = 0.0
+        self.watch = None  # (step number, when it began, its deadline in seconds) or None
+        self.began = None
+        self.times = collections.deque(maxlen=self.HISTORY)
         self.done = threading.Event()
 
-    def step_started(self, number):
-        self.number, self.in_step = number, time.monotonic()
+    def step_started(self, number, watched=True, patient=False):
+        self.began = time.monotonic()
+        most = PATIENCE * self.timeout
+        usual = 3 * statistics.median(self.times) if self.times else 0.0
+        grace = most if patient else min(max(self.timeout, usual), most)
+        self.watch = (number, self.began, grace) if watched else None
 
     def step_finished(self):
-        if self.in_step is not None:
-            self.last_step = time.monotonic() - self.in_step
-        self.in_step = None
+        if self.began is not None:
+            self.times.append(time.monotonic() - self.began)
+        self.watch = self.began = None
 
     def _watch(self):
         while not self.done.wait(self.POLL):
-            began = self.in_step
-            if began is None:
+            watch = self.watch
+            if watch is None:
                 continue
+            number, began, grace = watch
             waited = time.monotonic() - began
-            if waited > max(self.timeout, 3 * self.last_step):
-                say_and_exit(functools.partial(self._line, waited), PeerLost.status)
+            if waited > grace:
+                say_and_exit(functools.partial(self._line, number, waited), PeerLost.status)
 
-    def _line(self, waited):
-        return f"{PeerLost.key_name}: {self.message(self.number, waited)}"
+    def _line(self, number, waited):
+        return f"{PeerLost.key_name}: {self.message(number, waited)}"
 
     def __enter__(self):
         threading.Thread(target=self._watch, daemon=True, name="peer-deadline").start()
@@ -956,6 +988,18 @@ class PeerDeadline:
     def __exit__(self, *exc):
         self.done.set()
         return False
+
+
+def extra_work(config, done):
+    """Whether the chief of a multi-worker run does more than the others after global step
+    `done` (`config`: the chief's, whose samples and evaluations the others leave out):
+    histograms (its step computes the gradients too, a variant it may trace then), sample
+    dumps or an evaluation. Stage ends too, which `Tick.stage_done` says. (Checkpoints every
+    process writes alike.)"""
+    every = [config.log.histograms if config.log.tensorboard else 0]
+    every += [config.samples.every] if config.samples is not None else []
+    every += [config.eval.every] if config.eval is not None else []
+    return any(e and done % e == 0 for e in every)
 
 
 def lost_a_server(error):

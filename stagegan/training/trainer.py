@@ -12,7 +12,6 @@ optimizers, guards) and the stage steps.
 import contextlib
 import functools
 import logging
-import math
 from dataclasses import dataclass
 
 import keras
@@ -332,16 +331,16 @@ def build_model(config, placement, recorded_clusters=None):
         rngs = RandomStreams(config.seed)
         options = {"data": config.data, "model": config.model, "loss": config.loss}
         task = make_task(config.task, options, rngs)
-        task.context.batch_size = config.largest_batch
-        task.context.batch_unit = math.gcd(*(config.batch_of(s) for s in config.stages))
+        largest_key, largest = config.largest_batch
+        task.context.batch_key, task.context.batch_size = largest_key, largest
+        task.context.batch_unit = config.batch_unit
         if recorded_clusters is not None:  # an image task on data.labels: clusters
             task.recorded_clusters = recorded_clusters
         if placement.coordinator is not None:  # the chief reads the data (and checkpoints
             task.context.host = task.context.reader = CHIEF_DEVICE  # a stream's position there)
         task.check(config.stages, config.batch_size, placement.replicas)
-        counted = task.check_memory(
-            config.largest_batch, held_counts(config, task), chunk_size(config)
-        )
+        counts = held_counts(config, task)
+        counted = task.check_memory(largest, counts, chunk_size(config), batch_key=largest_key)
         # Outside the strategy's scope: the state of loss terms is plain variables here.
         updates = tuple(u for stage in config.stages for u in stage.updates)
         context = task.context
@@ -354,7 +353,8 @@ def build_model(config, placement, recorded_clusters=None):
         with placement.scope(), dtype_policy(precision):
             networks = task.build()
         if not counted:  # a sample's size is known now (a user's task)
-            task.check_memory(config.largest_batch, held_counts(config, task), chunk_size(config))
+            counts = held_counts(config, task)
+            task.check_memory(largest, counts, chunk_size(config), batch_key=largest_key)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     variables = tuple(check_partition(networks))
     return Model(task, rngs, networks, variables, precision, global_step)

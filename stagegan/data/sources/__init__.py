@@ -251,11 +251,20 @@ class ImageSource:
     """
 
     def __init__(
-        self, options, seed, batch_size, host="/CPU:0", reader=None, recorded=None, unit=None
+        self,
+        options,
+        seed,
+        batch_size,
+        host="/CPU:0",
+        reader=None,
+        recorded=None,
+        unit=None,
+        batch_key="batch_size",
     ):
         check_options(options)
         self.options, self.host = options, host
         self.unit = unit or batch_size  # a stream's batches: every step's batch is k of them
+        self.batch_key = batch_key  # the key of `batch_size` (the largest a stage draws)
         self.images = self.labels = self.iterator = self.classes = self.class_counts = None
         self.count = None  # images, where known without reading a stream
         self.clusters = None  # `clusters_record` of `data.labels: clusters`

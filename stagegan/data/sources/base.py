@@ -270,7 +270,7 @@ def warn_unreadable(name, reason=None, key="data.path"):
 CACHES = ("none", "memory")
 
 
-def check_memory(options, batch_size, held=0, held_key="data.count"):
+def check_memory(options, batch_size, held=0, held_key="data.count", batch_key="batch_size"):
     """Refuse sizes whose arrays would not fit in this machine's memory, before any is
     allocated (`stagegan.config.memory.check_image_memory`): `held` images kept (`held_key`: a
     source in memory, a folder's cache), those drawn or decoded at once at start-up, and a
@@ -278,7 +278,8 @@ def check_memory(options, batch_size, held=0, held_key="data.count"):
 
     Raises:
         ConfigError: on `data.size` when the arrays would fit at an ordinary size, else on
-            the key of the largest: `held_key`, or `batch_size`.
+            the key of the largest: `held_key`, or `batch_key` (the key of the largest batch
+            a stage draws: `batch_size` or `stages[i].batch_size`).
     """
     size, channels = options["size"], options["channels"]
     image = size * size * channels
@@ -287,7 +288,7 @@ def check_memory(options, batch_size, held=0, held_key="data.count"):
         (held_key, held * image, f"{format_count(held)} images of {format_count(size)} px held"),
         start,
         (
-            "batch_size",
+            batch_key,
             5 * batch_size * image,
             f"a batch of {format_count(batch_size)} as uint8 and float32",
         ),
@@ -298,7 +299,7 @@ def check_memory(options, batch_size, held=0, held_key="data.count"):
         "data.cache": options["cache"],
         "data.source": options["source"],
         "data.path": options["path"],
-        "batch_size": batch_size,
+        batch_key: batch_size,
     }
     check_image_memory(parts, size, "data.size", received)
 
@@ -385,14 +386,14 @@ def check_holdout(options):
 FEW_IMAGES = 500
 
 
-def check_count(count, batch_size, path):
+def check_count(count, batch_size, path, batch_key="batch_size"):
     """Refuse a dataset smaller than one batch; warn about one a GAN will memorise."""
     path = shown(path)
     if count < batch_size:
         raise ConfigError(
             "data.path",
             f"{path} has {count} image{'s' if count != 1 else ''}, fewer than one batch "
-            f"(batch_size {batch_size})",
+            f"({batch_key} {batch_size})",
         )
     if count < FEW_IMAGES:
         log.warning(
@@ -488,7 +489,7 @@ class Source:
     def open(self, target, seed, batch_size):
         """Prepare `target` (an `ImageSource`) to serve global batches of `batch_size`: an
         in-memory set (`target.hold`) or an iterator (`target.iterator`)."""
-        check_memory(self.options, batch_size, *self.held())
+        check_memory(self.options, batch_size, *self.held(), target.batch_key)
         target.hold(self.load(seed), None)
 
     def peek(self):

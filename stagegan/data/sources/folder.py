@@ -505,9 +505,11 @@ class FolderSource(Source):
         o = self.options
         whole = list_folder(o, self.recorded)
         listing, held = self.listings(whole)
-        check_count(len(listing.files), batch_size, listing.path)
+        check_count(len(listing.files), batch_size, listing.path, target.batch_key)
         memory = o["cache"] == "memory"
-        check_memory(o, batch_size, len(listing.files) if memory else 0, "data.cache")
+        check_memory(
+            o, batch_size, len(listing.files) if memory else 0, "data.cache", target.batch_key
+        )
         check_readable(listing, o)
         target.count = len(listing.files)
         target.set_classes(listing.classes, listing.labels)

@@ -54,8 +54,8 @@ class NpzSource(Source):
         return in_memory_pool(*_load_npz(self.options), False)
 
     def open(self, target, seed, batch_size):
-        check_memory(self.options, batch_size, *self.held())
+        check_memory(self.options, batch_size, *self.held(), target.batch_key)
         images, labels = _load_npz(self.options)
-        check_count(len(images), batch_size, self.options["path"])
+        check_count(len(images), batch_size, self.options["path"], target.batch_key)
         classes = None if labels is None else class_names(self.options, labels)
         target.hold(images, labels, classes)

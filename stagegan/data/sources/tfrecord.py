@@ -201,10 +201,12 @@ class TfrecordSource(Source):
         return in_memory_pool(*take_stream_images(self.options, count), False)
 
     def open(self, target, seed, batch_size):
-        check_memory(self.options, batch_size, *self.held())
+        check_memory(self.options, batch_size, *self.held(), target.batch_key)
         if self.options["holdout"]:
             target.split = tfrecord_split(self.options)
-            check_count(target.split["training_files"], batch_size, self.options["path"])
+            check_count(
+                target.split["training_files"], batch_size, self.options["path"], target.batch_key
+            )
         target.iterator = iter(tfrecord_dataset(self.options, seed, target.unit))
         if self.options["labels"] is not None:
             target.classes = [str(name) for name in self.options["classes"]]
