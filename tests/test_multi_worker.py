@@ -221,7 +221,8 @@ import_tensorflow()  # as the CLI does: descriptor 2 goes to /dev/null
 from stagegan.training import loop
 from stagegan.training.loop import PeerDeadline
 loop.TEMPORARY.append(sys.argv[1])  # a worker's temporary run folder: removed on the way out
-with PeerDeadline(0.5, lambda number, waited: f"step {number} waited {waited >= 0.5}") as d:
+line = lambda number, waited, newest: f"step {number} waited {waited >= 0.5}; {newest}"
+with PeerDeadline(0.5, line, "the last checkpoint is step 10") as d:
     d.step_started(12)
     time.sleep(30)
 """
@@ -241,7 +242,7 @@ def test_a_step_past_its_deadline_ends_the_process_with_one_line(tmp_path):
     )
     assert result.returncode == 4, result.stderr
     assert result.stderr.strip().splitlines() == [
-        "stagegan: error: multi_worker: step 12 waited True"
+        "stagegan: error: multi_worker: step 12 waited True; the last checkpoint is step 10"
     ], result.stderr
     assert time.monotonic() - began < 25
     assert not folder.exists()

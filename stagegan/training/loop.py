@@ -164,15 +164,14 @@ def train(trainer, run_dir, stop_after=None, run_name=None, evaluation=AUTO, chi
                 f"stagegan train --resume {run_dir})"
             )
 
-        def silent(number, waited):
+        def silent(number, waited, newest):
             return (
                 f"lost contact with a worker: step {number} waited {waited:.0f} s for a peer "
-                f"that stopped answering (STAGEGAN_COLLECTIVE_TIMEOUT); {last_checkpoint(store)}; "
-                f"{rejoin}"
+                f"that stopped answering (STAGEGAN_COLLECTIVE_TIMEOUT); {newest}; {rejoin}"
             )
 
         timeout = collective_timeout() if trainer.multi_worker else 0
-        peers = PeerDeadline(timeout, silent) if timeout else None
+        peers = PeerDeadline(timeout, silent, last_checkpoint(store)) if timeout else None
         with StopSignals(enabled=not trainer.multi_worker, expired=expired) as signals:
             with peers or contextlib.nullcontext():
                 return _loop(
@@ -264,6 +263,9 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None, 
             if stopping:
                 break
             after_extra = tick.stage_done or extra_work(chief_config, tick.done)
+            every = trainer.config.checkpoint.every
+            if peers is not None and (tick.stage_done or (every and tick.done % every == 0)):
+                peers.newest = last_checkpoint(store)  # read here: its watcher reads no file
     finally:
         for callback in callbacks:
             callback.close()
@@ -915,14 +917,17 @@ class StopSignals:
 TEMPORARY = []
 
 
-def say_and_exit(message, status):
+def say_and_exit(message, status, fallback="stopped at once"):
     """Write `stagegan: error: {message}` (a string, or a function that returns it) as one
     line on stderr, remove the `TEMPORARY` folders, and end the process at once with
     `status`, from any thread: the main thread may be blocked inside TensorFlow. The line
     goes to `sys.stderr`, not descriptor 2, which the CLI points at /dev/null
-    (`cli.main.import_tensorflow`)."""
+    (`cli.main.import_tensorflow`). When `message` fails, `fallback` is written."""
     try:
-        text = message() if callable(message) else message
+        try:
+            text = message() if callable(message) else message
+        except Exception:  # noqa: BLE001 - the process ends anyway: still say why
+            text = fallback
         sys.stderr.write(f"stagegan: error: {text}\n")
         sys.stderr.flush()
         for folder in TEMPORARY:
@@ -933,24 +938,27 @@ def say_and_exit(message, status):
 
 class PeerDeadline:
     """A multi-worker step that waits too long for a peer ends the process: a watcher thread
-    writes `message(step number, seconds waited)` as one line and exits at once with
-    `PeerLost`'s status (4). Nothing is saved then: every checkpoint needs the silent peer.
+    writes `message(step number, seconds waited, newest)` (`newest`: the words on the last
+    checkpoint, which the loop keeps current, so the watcher reads no file) as one line and
+    exits at once with `PeerLost`'s status (4). Nothing is saved then: every checkpoint needs
+    the silent peer.
 
     How long is too long, with `timeout` T (`STAGEGAN_COLLECTIVE_TIMEOUT`): three times the
     median of the last steps' times, at least T and at most `PATIENCE` x T; a `patient` step
     (one after a stage's end or a step where the chief does more than the others:
     histograms, sample dumps or an evaluation, while the others wait in the next step) gets
-    the most. A step function's first run in this
-    process (it traces) is not watched. TensorFlow's own collective deadline is longer still
-    (`cluster.TF_DEADLINE` x T, `placement._multi_worker_strategy`), so stagegan acts first:
-    TensorFlow's abort of a receive still pending from the silent peer can crash the process
-    (SIGSEGV, no message)."""
+    the most. A step function's first run in this process (it traces) is not watched.
+    TensorFlow's own collective deadline is longer still (`cluster.TF_DEADLINE` x T,
+    `placement._multi_worker_strategy`), so stagegan acts first: TensorFlow's abort of a
+    receive still pending from the silent peer can crash the process (SIGSEGV, no
+    message)."""
 
     POLL = 0.1
     HISTORY = 16  # the steps whose median time sets an ordinary step's deadline
 
-    def __init__(self, timeout, message):
+    def __init__(self, timeout, message, newest=""):
         self.timeout, self.message = timeout, message
+        self.newest = newest  # the words on the last checkpoint, which the loop keeps current
         self.watch = None  # (step number, when it began, its deadline in seconds) or None
         self.began = None
         self.times = collections.deque(maxlen=self.HISTORY)
@@ -976,10 +984,13 @@ class PeerDeadline:
             number, began, grace = watch
             waited = time.monotonic() - began
             if waited > grace:
-                say_and_exit(functools.partial(self._line, number, waited), PeerLost.status)
+                fallback = f"{PeerLost.key_name}: step {number} waited {waited:.0f} s for a peer"
+                say_and_exit(
+                    functools.partial(self._line, number, waited), PeerLost.status, fallback
+                )
 
     def _line(self, number, waited):
-        return f"{PeerLost.key_name}: {self.message(number, waited)}"
+        return f"{PeerLost.key_name}: {self.message(number, waited, self.newest)}"
 
     def __enter__(self):
         threading.Thread(target=self._watch, daemon=True, name="peer-deadline").start()
