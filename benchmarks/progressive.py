@@ -14,7 +14,9 @@ optimizers; only the stages differ):
 Both hold out `--holdout` of the folder and are scored as `colour.py` scores its arms
 (`eval --features selfsup --memorisation`, and px_fd on 8x8-pooled pixels), against the
 held-out images. `--set KEY=VALUE` applies to both arms (e.g. data.size=64 with the stages
-fade64 and r64 appended by `--to 64`). One JSON row per run.
+fade64 and r64 appended by `--to 64`; `--to 16` cuts the stages above 16 px). One JSON row
+per run. `--against batches` compares the progressive arm with the same stages drawing twice
+the batch below the final resolution for half their steps (`stages[i].batch_size`).
 """
 
 import argparse
@@ -32,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def preset(size):
     """The preset's raw stages, grown to `size` (a transition and a stage per doubling
-    above the preset's 32 px, of the preset's last two stages' lengths)."""
+    above the preset's 32 px, of the preset's last two stages' lengths), or cut to it."""
     raw = yaml.safe_load((ROOT / "configs/pggan_folder.yaml").read_text())
-    stages = raw["stages"]
+    stages = [s for s in raw["stages"] if s["resolution"] <= size]
     side = stages[-1]["resolution"]
     fade, last = stages[-2], stages[-1]
     while side < size:
@@ -58,6 +60,17 @@ def train(args, run, stages, seed, extra=()):
     return time.perf_counter() - began
 
 
+def larger_batches(stages, batch):
+    """The same stages, those below the final resolution at twice the batch for half the
+    steps: the same images shown at each resolution, as the reference sets a minibatch per
+    resolution (larger below 64 px) and phases in images shown."""
+    top = stages[-1]["resolution"]
+    return [
+        {**s, "batch_size": 2 * batch, "steps": s["steps"] // 2} if s["resolution"] < top else s
+        for s in stages
+    ]
+
+
 def full_stage(stages, steps):
     last = copy.deepcopy(stages[-1])
     return [{**last, "name": f"full{last['resolution']}", "steps": steps}]
@@ -72,10 +85,27 @@ def main():
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--out", type=Path, default=Path("runs/progressive"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--against",
+        choices=("full", "batches"),
+        default="full",
+        help="the other arm: full resolution from the first step at equal wall-clock, or "
+        "the progressive stages with twice the batch below the final resolution for half "
+        "their steps (the same images shown; its own wall-clock)",
+    )
     args = parser.parse_args()
     args.out, args.folder = args.out.resolve(), args.folder.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     stages = preset(args.to)
+    if args.against == "batches":
+        batch = yaml.safe_load((ROOT / "configs/pggan_folder.yaml").read_text())["batch_size"]
+        for seed in map(int, args.seeds.split(",")):
+            for name, arm in (("progressive", stages), ("batches", larger_batches(stages, batch))):
+                run = args.out / f"{name}-s{seed}"
+                seconds = train(args, run, arm, seed)
+                row = {"arm": name, "seed": seed, "steps": sum(s["steps"] for s in arm)}
+                report({**row, "train_s": round(seconds), **score(run, args.folder)}, args.json)
+        return
     # The full arm's seconds per step from its own log (steps 50 to 250: no tracing), and
     # its start-up (and exit) from the rest of the process's wall-clock.
     run = args.out / "calibrate-full-250"

@@ -69,7 +69,8 @@ class Staging:
         return current
 
     def trackables(self):
-        """The checkpointed buffer (`data_staged_<name>`, `data_staged_full`)."""
+        """The checkpointed buffer (`data_staged_<key>`, `data_staged_full`; named:
+        `data_staged_b16_x`, `data_staged_b16_full`)."""
         prefix = f"{STAGED_PREFIX}{self.name}"
         objects = {f"{prefix}{key}": v for key, v in self.buffer.items()}
         return {**objects, f"{prefix}full": self.full}
