@@ -176,3 +176,11 @@ def test_a_change_that_moves_a_stream_s_unit_is_refused_on_resume(streamed_run, 
     stage["batch_size"] = 12  # a multiple of 4 keeps the unit: accepted
     result = inprocess("train", "--resume", copied, "--set", f"stages[+]={json.dumps(stage)}")
     assert result.returncode == 0, result.stderr
+
+
+def test_resume_knows_which_sources_stream():
+    """`run.resume` (free of TensorFlow) names the streamed sources the registry declares."""
+    from stagegan.data.sources.base import SOURCES
+    from stagegan.run.resume import STREAMED
+
+    assert {name for name, kind in SOURCES.items() if kind.iterated} == set(STREAMED)

@@ -616,10 +616,16 @@ class Stage:
 STAGE_KEYS = record_keys(Stage)
 
 
+def batch_key(stage):
+    """The config key of a stage's global batch: its own `stages[i].batch_size`, else the
+    run's `batch_size`."""
+    return "batch_size" if stage.batch_size is None else f"{stage.key}.batch_size"
+
+
 def batch_sizes(stages, batch_size):
     """`{config key: global batch}`: the run's `batch_size` (samples and evaluations use it
     too) and the stages' own (`stages[i].batch_size`), each to be checked under its key."""
-    own = {f"{s.key}.batch_size": s.batch_size for s in stages if s.batch_size is not None}
+    own = {batch_key(s): s.batch_size for s in stages if s.batch_size is not None}
     return {"batch_size": batch_size, **own}
 
 
@@ -897,10 +903,7 @@ class RunConfig:
     def largest_batch(self):
         """`(key, size)` of the largest global batch a step draws (what the memory checks
         size): the run's `batch_size` or a stage's own, named by its key."""
-        keyed = [
-            ("batch_size" if s.batch_size is None else f"{s.key}.batch_size", self.batch_of(s))
-            for s in self.stages
-        ]
+        keyed = [(batch_key(stage), self.batch_of(stage)) for stage in self.stages]
         return max(keyed, key=lambda pair: pair[1])
 
     def used_terms(self, stages=None):

@@ -207,7 +207,10 @@ def check_changes(old, new, step, ends=None):
     return changes
 
 
-STREAMED = ("folder", "tfrecord")  # sources whose checkpointed iterator holds batches
+# The sources whose checkpointed iterator holds batches: `Source.iterated` of the registry,
+# which imports TensorFlow, as this module must not (`tests/test_stage_batch.py` checks that
+# the two agree).
+STREAMED = ("folder", "tfrecord")
 
 
 def _check_stream_unit(old, new):

@@ -233,8 +233,9 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None, 
             for callback in callbacks:
                 callback.on_step_begin(tick)
             variant = (position.stage_index, tick.gradients)
+            busy = peers is not None and extra_work(chief_config, tick.done)
             if peers is not None:
-                patient = after_extra or extra_work(chief_config, tick.done)
+                patient = after_extra or busy
                 peers.step_started(tick.done, watched=variant in traced, patient=patient)
             traced.add(variant)
             signals.step_started(position.global_step + 1)
@@ -262,7 +263,7 @@ def _loop(trainer, run_dir, store, signals, stop_after, evaluation, peers=None, 
                 raise tick.stop
             if stopping:
                 break
-            after_extra = tick.stage_done or extra_work(chief_config, tick.done)
+            after_extra = tick.stage_done or busy
             every = trainer.config.checkpoint.every
             if peers is not None and (tick.stage_done or (every and tick.done % every == 0)):
                 peers.newest = last_checkpoint(store)  # read here: its watcher reads no file

@@ -438,6 +438,8 @@ class Source:
         held_out: `load(held_out=True)` gives images that training never sees.
         streamed: batches come from a checkpointed tf.data iterator (no random access: the
             reference images are the stream's first ones).
+        iterated: training's batches come from a checkpointed tf.data iterator (`streamed`
+            sources, and a folder, which is listed but read as a stream).
         labels: words on what `data.labels` names (for errors), or None: the source has no
             labels.
         clusters: `data.labels: clusters` (and `data.clusters`) apply.
@@ -450,6 +452,7 @@ class Source:
     names = ()
     held_out = False
     streamed = False
+    iterated = False
     labels = None
     clusters = False
     named_classes = False

@@ -457,6 +457,7 @@ class FolderSource(Source):
     by their subfolders or by clusters of their pixels."""
 
     names = ("folder",)
+    iterated = True
     labels = "'subfolders' or 'clusters'"
     clusters = True
     splits = True

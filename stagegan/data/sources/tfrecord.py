@@ -186,6 +186,7 @@ class TfrecordSource(Source):
 
     names = ("tfrecord",)
     streamed = True
+    iterated = True
     labels = "a feature name"
     named_classes = True
     splits = True
