@@ -7,6 +7,14 @@ global or stage steps: `repeat: k` advances it k times per stage step, an update
 `every` or by the NaN guard does not advance it, and a named optimizer shared by several stages
 counts across all of them. The count is checkpointed with the optimizer, so a resumed run goes
 on at exactly the same rate.
+
+`adam` and `adamw` are Keras's, with one change: each variable's update is TensorFlow's fused
+kernel (`ResourceApplyAdam`, as TF 1 and Keras 2 applied Adam) instead of Keras 3's twenty-odd
+element-wise ops. Same variables, checkpoints and formula (the bias correction folded into the
+step size, epsilon outside the square root); `1 - beta` is computed in the variable's dtype, so
+results differ from Keras 3's by float32 rounding (about 1e-7 after a few steps). What it is
+for: a step function's trace builds a graph op by op in Python, and Keras's Adam was a third of
+the ops of a step (`benchmarks/optimizer_cost.py`).
 """
 
 import inspect
@@ -20,9 +28,79 @@ from stagegan.errors import ConfigError
 _NOT_OPTIONS = {"self", "name", "kwargs"}
 
 
+class _FusedAdamStep:
+    """`update_step` of Keras's Adam as one `ResourceApplyAdam` per variable (see above).
+    AMSGrad and sparse gradients (`tf.IndexedSlices`) keep Keras's own update."""
+
+    _scalars = None  # {dtype: kernel scalars} of the application being traced
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # Keras's one call per application, before every variable's `update_step`: the
+        # iteration count (in the beta powers) must be read anew after each application.
+        # (`object.__setattr__`: not a tracked attribute, never part of a checkpoint.)
+        object.__setattr__(self, "_scalars", {})
+        try:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            object.__setattr__(self, "_scalars", None)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable),
+            m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
+            grad=tf.cast(gradient, variable.dtype),
+            **self._kernel_scalars(learning_rate, variable.dtype),
+        )
+
+    def _kernel_scalars(self, learning_rate, dtype):
+        """The kernel's scalar inputs, built once per application and dtype."""
+        if self._scalars is not None and dtype in self._scalars:
+            return self._scalars[dtype]
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        scalars = dict(
+            beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+        )
+        if self._scalars is not None:
+            self._scalars[dtype] = scalars
+        return scalars
+
+
+def _handle(variable):
+    """The resource handle of a Keras or TensorFlow variable; inside a strategy's update, a
+    distributed variable's handle is this replica's copy."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return variable.handle
+
+
+@keras.saving.register_keras_serializable("stagegan")
+class Adam(_FusedAdamStep, keras.optimizers.Adam):
+    """`keras.optimizers.Adam`, each variable's update one fused kernel."""
+
+
+@keras.saving.register_keras_serializable("stagegan")
+class AdamW(_FusedAdamStep, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` (its weight decay is applied apart, as in Keras), each
+    variable's Adam update one fused kernel."""
+
+
+# Config types with a class of stagegan's own; the rest are `keras.optimizers`' classes.
+CLASSES = {"adam": Adam, "adamw": AdamW}
+
+
 def make_optimizer(spec, key, name):
     """A Keras optimizer for `spec` (config.OptimizerSpec); option errors name `key`."""
-    cls = getattr(keras.optimizers, OPTIMIZER_TYPES[spec.type])
+    cls = CLASSES.get(spec.type) or getattr(keras.optimizers, OPTIMIZER_TYPES[spec.type])
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in _NOT_OPTIONS]
     for option, _ in spec.options:
         if option not in accepted:
