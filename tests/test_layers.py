@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stagegan.core.layers import SpectralConv2D, SpectralDense, pack
+from stagegan.core.layers import SpectralConv2D, SpectralDense, one_pass, pack
 
 
 def test_pack_points_concatenates_consecutive_samples():
@@ -107,3 +107,46 @@ def test_spectral_norm_gradient_flows_through_sigma():
         step[index] = 1e-6
         numeric[index] = (total(kernel + step) - total(kernel - step)) / 2e-6
     np.testing.assert_allclose(grad, numeric, rtol=1e-3, atol=1e-4)
+
+
+def test_one_pass_builds_each_normalised_kernel_once_with_the_same_values_and_gradients():
+    """Inside `one_pass` (a replica's forward pass) a traced discriminator called three times,
+    once under an inner tape for an R1-style input gradient, builds its normalised kernel
+    once, and the loss and its gradient (second order included) are those of the same
+    function built without the pass, where every call builds its own."""
+    keras.utils.set_random_seed(4)
+    layers = [SpectralDense(4, activation="tanh"), SpectralDense(1)]
+    d = lambda x: layers[1](layers[0](x))
+    real, fake = tf.random.normal([6, 3]), tf.random.normal([6, 3])
+    d(real)
+    variables = [layer.kernel for layer in layers]
+
+    def loss():
+        with tf.GradientTape() as inner:
+            inner.watch(real)
+            score = tf.reduce_sum(d(real))
+        penalty = tf.reduce_sum(tf.square(inner.gradient(score, real)))
+        return tf.reduce_mean(tf.nn.softplus(-d(real))) + tf.reduce_mean(d(fake)) + penalty
+
+    def step(in_pass):
+        with tf.GradientTape() as tape:
+            if in_pass:
+                with one_pass():
+                    value = loss()
+            else:
+                value = loss()
+        return value, tape.gradient(value, variables)
+
+    results = {}
+    for in_pass in (False, True):
+        function = tf.function(lambda p=in_pass: step(p), autograph=False)
+        graph = function.get_concrete_function().graph
+        kinds = [op.type for op in graph.get_operations()]
+        value, grads = function()
+        results[in_pass] = kinds.count("RealDiv"), value.numpy(), [g.numpy() for g in grads]
+    divisions, value, grads = results[True]
+    uncached_divisions, uncached_value, uncached_grads = results[False]
+    assert divisions < uncached_divisions  # W / sigma: once a layer, not once a call
+    np.testing.assert_allclose(value, uncached_value, rtol=1e-6)
+    for g, want in zip(grads, uncached_grads, strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)

@@ -12,15 +12,38 @@ held constant for the gradient, as in the paper. `u` itself advances by one powe
 the new kernel after each applied update that trains the layer (`advance_power_iterations`,
 called by the stage step). So every discriminator call of a step, on every tower and backend,
 uses the same estimate, and an update that does not train the discriminator (the generator's)
-leaves all of its state alone.
+leaves all of its state alone. Within one replica's forward pass (`one_pass`: the kernel and `u`
+cannot change during it) a layer builds its normalised kernel once, however often the
+discriminator is called (real and generated batches, R1's input gradients): the same values, a
+smaller graph to trace.
 
 Packing (PacGAN, Lin et al. 2018) shows the discriminator `m` samples at once, all real or all
 generated: consecutive samples of a batch are concatenated along the feature axis (the last
 axis), so a batch of B samples becomes B / m packed samples.
 """
 
+import contextlib
+import threading
+
 import keras
 import tensorflow as tf
+
+# Each thread's normalised kernels of the forward pass it is in (`one_pass`); strategies run
+# their replicas' passes in threads of their own.
+_PASS = threading.local()
+
+
+@contextlib.contextmanager
+def one_pass():
+    """A forward pass in which no variable changes: every spectrally normalised layer builds
+    its normalised kernel once and reuses it (per graph: a tensor of a `tf.cond` branch or a
+    nested function is not reused outside it)."""
+    outer = getattr(_PASS, "kernels", None)
+    _PASS.kernels = {}
+    try:
+        yield
+    finally:
+        _PASS.kernels = outer
 
 
 def pack(samples, m):
@@ -91,7 +114,17 @@ class _SpectralLayer(keras.layers.Layer):
 
     def normalised_kernel(self):
         """W / sigma, sigma = v^T W u' from one power iteration off the stored `u` (u and v
-        are constants for the gradient). Writes nothing."""
+        are constants for the gradient). Writes nothing. Built once per `one_pass`."""
+        kernels = getattr(_PASS, "kernels", None)
+        if kernels is None or tf.executing_eagerly():
+            return self._normalised_kernel()
+        graph = tf.compat.v1.get_default_graph()
+        cached = kernels.get(id(self))
+        if cached is None or cached.graph is not graph:
+            cached = kernels[id(self)] = self._normalised_kernel()
+        return cached
+
+    def _normalised_kernel(self):
         w, v, u = _power_iteration(self.kernel.value, tf.convert_to_tensor(self.u))
         v, u = tf.stop_gradient(v), tf.stop_gradient(u)
         sigma = tf.tensordot(v, tf.linalg.matvec(w, u), 1)

@@ -14,7 +14,7 @@ element-wise ops. Same variables, checkpoints and formula (the bias correction f
 step size, epsilon outside the square root); `1 - beta` is computed in the variable's dtype, so
 results differ from Keras 3's by float32 rounding (about 1e-7 after a few steps). What it is
 for: a step function's trace builds a graph op by op in Python, and Keras's Adam was a third of
-the ops of a step (`benchmarks/optimizer_cost.py`).
+the ops of a step (`benchmarks/startup_cost.py`).
 """
 
 import inspect

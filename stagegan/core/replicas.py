@@ -41,6 +41,8 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from stagegan.core.layers import one_pass
+
 
 @dataclass(frozen=True)
 class Averaged:
@@ -270,7 +272,7 @@ def replica_pass(compute_terms, updates, shard, state, scales=None, scope=None):
     scales = scales or [None] * len(updates)
     scope = scope or keras.StatelessScope()
     with tf.GradientTape(persistent=len(updates) > 1) as tape:
-        with scope:
+        with scope, one_pass():
             terms = compute_terms(shard)
             writes = [scope.get_current_value(v) for v in state]
         losses = [weighted_loss(terms, weights) for weights, _ in updates]
