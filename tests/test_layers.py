@@ -148,5 +148,21 @@ def test_one_pass_builds_each_normalised_kernel_once_with_the_same_values_and_gr
     uncached_divisions, uncached_value, uncached_grads = results[False]
     assert divisions < uncached_divisions  # W / sigma: once a layer, not once a call
     np.testing.assert_allclose(value, uncached_value, rtol=1e-6)
+    # The loss by hand in float64: each kernel over its one-iteration sigma, the input
+    # gradient of the tanh layer's sum written out.
+    kernels = []
+    for layer in layers:
+        w, u = layer.kernel.numpy().astype(np.float64), layer.u.numpy().astype(np.float64)
+        v = w @ u
+        v /= np.linalg.norm(v)
+        u1 = w.T @ v
+        u1 /= np.linalg.norm(u1)
+        kernels.append(w / (v @ w @ u1))
+    (w0, w1), (b0, b1) = kernels, (layers[0].bias.numpy(), layers[1].bias.numpy())
+    r, f = real.numpy().astype(np.float64), fake.numpy().astype(np.float64)
+    d_np = lambda x: np.tanh(x @ w0 + b0) @ w1 + b1
+    input_grads = ((1 - np.tanh(r @ w0 + b0) ** 2) * w1[:, 0]) @ w0.T
+    by_hand = np.mean(np.logaddexp(0, -d_np(r))) + np.mean(d_np(f)) + np.sum(input_grads**2)
+    np.testing.assert_allclose(value, by_hand, rtol=1e-5)
     for g, want in zip(grads, uncached_grads, strict=True):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
