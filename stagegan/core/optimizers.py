@@ -13,8 +13,9 @@ kernel (`ResourceApplyAdam`, as TF 1 and Keras 2 applied Adam) instead of Keras 
 element-wise ops. Same variables, checkpoints and formula (the bias correction folded into the
 step size, epsilon outside the square root); `1 - beta` is computed in the variable's dtype, so
 results differ from Keras 3's by float32 rounding (about 1e-7 after a few steps). What it is
-for: a step function's trace builds a graph op by op in Python, and Keras's Adam was a third of
-the ops of a step (`benchmarks/startup_cost.py`).
+for: a step function's trace builds a graph op by op in Python, and Keras's Adam was a fifth
+to a third of the ops traced by the in-process tests (`docs/design.md`, the test suite); the
+first step of each stage takes 0.6 to 0.8 of its time before (`benchmarks/startup_cost.py`).
 """
 
 import inspect
