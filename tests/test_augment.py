@@ -155,7 +155,7 @@ def test_geometric_ops_match_adas_pipeline_in_numpy():
     u[:, [0, 2, 4, 6]] = [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]]
     images = RNG.uniform(-1, 1, (3, 10, 10, 3)).astype(np.float32)
     out = augment.apply_ops(images, tf.constant(u), ops, 0.5).numpy()
-    rows = lambda *cols: tf.constant(u[:, cols])
+    rows = lambda *cols: [tf.constant(u[:, c]) for c in cols]
     matrices = [
         augment.scale_matrices(rows(1), images.shape),
         augment.rotate_matrices(rows(3), images.shape),

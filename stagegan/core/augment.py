@@ -149,25 +149,31 @@ def apply_ops(images, uniforms, ops, p, spatial_only=False):
     `spatial_only`: apply only the ops that move pixels (`SPATIAL`), with the same numbers,
     to a map that must stay aligned with images augmented by all of them (a completion's
     hole mask); the others are skipped.
+
+    Each op function is `op(images, u, gate)`, and each geometric one `matrices(u, shape)`,
+    with `u` the list of its own numbers, one [N] tensor each.
     """
     images = tf.convert_to_tensor(images, tf.float32)
     ps = tuple(p) if isinstance(p, (list, tuple)) else (p,) * len(ops)
+    # One op splits the numbers into their columns ([N] each): a slice per number would
+    # trace four ops each (a fifth of an augmented discriminator step's trace).
+    columns = tf.unstack(uniforms, num=sum(widths(ops)), axis=1)
     column, transform = 0, None  # the geometric ops' (matrices, gates) so far, unapplied
     for op, width, op_p in zip(ops, widths(ops), ps, strict=True):
-        u = uniforms[:, column : column + width]
+        u = columns[column : column + width]
         column += width
-        gate = u[:, 0] < op_p
+        gate = u[0] < op_p
         if spatial_only and op not in SPATIAL:
             continue
         if op in GEOMETRIC:
-            matrix = _where_matrix(gate, GEOMETRIC[op](u[:, 1:], images.shape))
+            matrix = _where_matrix(gate, GEOMETRIC[op](u[1:], images.shape))
             if transform is not None:
                 matrix, gate = tf.matmul(transform[0], matrix), transform[1] | gate
             transform = matrix, gate
             continue
         if transform is not None:
             images, transform = _where(transform[1], warp(images, transform[0]), images), None
-        images = OP_FUNCTIONS[op](images, u[:, 1:], gate)
+        images = OP_FUNCTIONS[op](images, u[1:], gate)
     if transform is not None:  # an image that no geometric op took is returned as it was
         images = _where(transform[1], warp(images, transform[0]), images)
     return images
@@ -189,11 +195,11 @@ def _per_image(values):
 
 def color(images, u, gate):
     """DiffAugment's `rand_brightness`, `rand_saturation`, `rand_contrast`, in that order."""
-    out = images + _per_image(u[:, 0] - 0.5)
+    out = images + _per_image(u[0] - 0.5)
     mean = tf.reduce_mean(out, axis=3, keepdims=True)
-    out = (out - mean) * _per_image(u[:, 1] * 2.0) + mean
+    out = (out - mean) * _per_image(u[1] * 2.0) + mean
     mean = tf.reduce_mean(out, axis=[1, 2, 3], keepdims=True)
-    out = (out - mean) * _per_image(u[:, 2] + 0.5) + mean
+    out = (out - mean) * _per_image(u[2] + 0.5) + mean
     return _where(gate, out, images)
 
 
@@ -233,16 +239,16 @@ def _reflect(index, size):
 
 def translation(images, u, gate):
     """DiffAugment's `rand_translation` (ratio 1/8, zero padding)."""
-    dy = shift_amount(u[:, 0], images.shape[1])
-    dx = shift_amount(u[:, 1], images.shape[2])
+    dy = shift_amount(u[0], images.shape[1])
+    dx = shift_amount(u[1], images.shape[2])
     return _where(gate, translate(images, dy, dx, reflect=False), images)
 
 
 def xint(images, u, gate):
     """ADA's integer translation: by round((2u - 1) * 1/8 * side) pixels, reflect padding."""
     h, w = images.shape[1], images.shape[2]
-    dy = tf.cast(tf.round((u[:, 0] * 2.0 - 1.0) * TRANSLATION_RATIO * h), tf.int32)
-    dx = tf.cast(tf.round((u[:, 1] * 2.0 - 1.0) * TRANSLATION_RATIO * w), tf.int32)
+    dy = tf.cast(tf.round((u[0] * 2.0 - 1.0) * TRANSLATION_RATIO * h), tf.int32)
+    dx = tf.cast(tf.round((u[1] * 2.0 - 1.0) * TRANSLATION_RATIO * w), tf.int32)
     return _where(gate, translate(images, dy, dx, reflect=True), images)
 
 
@@ -251,8 +257,8 @@ def cutout(images, u, gate):
     `randint(0, side + 1 - size % 2)`, set to 0."""
     h, w = images.shape[1], images.shape[2]
     ch, cw = int(h * CUTOUT_RATIO + 0.5), int(w * CUTOUT_RATIO + 0.5)
-    oy = tf.cast(tf.floor(u[:, 0] * (h + 1 - ch % 2)), tf.int32)
-    ox = tf.cast(tf.floor(u[:, 1] * (w + 1 - cw % 2)), tf.int32)
+    oy = tf.cast(tf.floor(u[0] * (h + 1 - ch % 2)), tf.int32)
+    ox = tf.cast(tf.floor(u[1] * (w + 1 - cw % 2)), tf.int32)
     rows = tf.range(h)[None, :] - (oy[:, None] - ch // 2)
     cols = tf.range(w)[None, :] - (ox[:, None] - cw // 2)
     in_rows = (rows >= 0) & (rows < ch)
@@ -268,7 +274,7 @@ def xflip(images, u, gate):
 
 def rotate90(images, u, gate):
     """Rotation by k * 90 degrees counter-clockwise, k = floor(4u) (square images)."""
-    k = tf.minimum(tf.cast(tf.floor(u[:, 0] * 4.0), tf.int32), 3)
+    k = tf.minimum(tf.cast(tf.floor(u[0] * 4.0), tf.int32), 3)
     out = images
     for turns in (1, 2, 3):
         out = _where(tf.equal(k, turns), quarter_turns(images, turns), out)
@@ -293,12 +299,12 @@ def _normal(u):
 
 
 def brightness(images, u, gate):
-    return _where(gate, images + _per_image(_normal(u[:, 0]) * BRIGHTNESS_STD), images)
+    return _where(gate, images + _per_image(_normal(u[0]) * BRIGHTNESS_STD), images)
 
 
 def contrast(images, u, gate):
     """ADA's contrast: a scale around 0 (mid-grey), lognormal with std 0.5 in log2 units."""
-    scale = tf.pow(2.0, _normal(u[:, 0]) * CONTRAST_STD)
+    scale = tf.pow(2.0, _normal(u[0]) * CONTRAST_STD)
     return _where(gate, images * _per_image(scale), images)
 
 
@@ -307,7 +313,7 @@ def saturation(images, u, gate):
     are unchanged."""
     if images.shape[-1] != 3:
         return images
-    scale = tf.pow(2.0, _normal(u[:, 0]) * SATURATION_STD)
+    scale = tf.pow(2.0, _normal(u[0]) * SATURATION_STD)
     axis = tf.constant([1.0, 1.0, 1.0], tf.float32) / math.sqrt(3.0)  # ADA's luma axis
     along = tf.reduce_sum(images * axis, axis=-1, keepdims=True) * axis
     return _where(gate, along + (images - along) * _per_image(scale), images)
@@ -326,7 +332,7 @@ def lumaflip(images, u, gate):
     """ADA's luma flip: with probability 1/2, c' = (I - 2 v v^T) c, v the grey axis."""
     if images.shape[-1] != 3:
         return images
-    flip = tf.cast(tf.floor(u[:, 0] * 2.0) >= 1.0, tf.float32)
+    flip = tf.cast(tf.floor(u[0] * 2.0) >= 1.0, tf.float32)
     v = tf.constant(LUMA)
     householder = tf.eye(3) - 2.0 * v[:, None] * v[None, :]
     matrices = tf.where(flip[:, None, None] > 0, householder, tf.eye(3)[None])
@@ -347,7 +353,7 @@ def hue(images, u, gate):
     """ADA's hue rotation: around the grey axis by a uniform angle in [-pi, pi]."""
     if images.shape[-1] != 3:
         return images
-    theta = (u[:, 0] * 2.0 - 1.0) * math.pi
+    theta = (u[0] * 2.0 - 1.0) * math.pi
     return _where(gate, _luma_matrix(images, hue_matrices(theta)), images)
 
 
@@ -380,25 +386,25 @@ def _where_matrix(gate, matrices):
 
 
 def scale_matrices(u, shape):
-    s = tf.pow(2.0, _normal(u[:, 0]) * SCALE_STD)
+    s = tf.pow(2.0, _normal(u[0]) * SCALE_STD)
     return _affine(1.0 / s, tf.zeros_like(s), tf.zeros_like(s), 1.0 / s)
 
 
 def rotate_matrices(u, shape):
-    theta = (u[:, 0] * 2.0 - 1.0) * math.pi
+    theta = (u[0] * 2.0 - 1.0) * math.pi
     c, s = tf.cos(theta), tf.sin(theta)
     return _affine(c, -s, s, c)
 
 
 def aniso_matrices(u, shape):
-    s = tf.pow(2.0, _normal(u[:, 0]) * ANISO_STD)
+    s = tf.pow(2.0, _normal(u[0]) * ANISO_STD)
     return _affine(1.0 / s, tf.zeros_like(s), tf.zeros_like(s), s)
 
 
 def xfrac_matrices(u, shape):
     """Translation by N(0, 1/8) of the side on each axis (the input moves by +t)."""
-    tx = -_normal(u[:, 0]) * XFRAC_STD * shape[2]
-    ty = -_normal(u[:, 1]) * XFRAC_STD * shape[1]
+    tx = -_normal(u[0]) * XFRAC_STD * shape[2]
+    ty = -_normal(u[1]) * XFRAC_STD * shape[1]
     ones, zeros = tf.ones_like(tx), tf.zeros_like(tx)
     return _affine(ones, zeros, zeros, ones, tx, ty)
 
