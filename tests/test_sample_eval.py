@@ -327,8 +327,12 @@ def test_fid_kid_on_shapes_default_to_the_shapes_features_and_all_held_out_image
     # --count evaluates; computing it is left to the user, as it takes a while here).
     default = Evaluation(trainer, wgan, seed=trainer.config.seed)
     assert default.count == 10000 and default.features_spec == "shapes"
-    # By hand, on 400: the same real and generated images through the shipped classifier.
-    result = inprocess("eval", "--run", str(wgan), "--json", "--count", "400")
+    # By hand, on 400: the same real and generated images through the shipped classifier
+    # (in passes of 200: the run's batch of 8 would take 100 passes; chunking is
+    # test_evaluation_and_sampling_in_chunks_match_one_pass's).
+    result = inprocess(
+        "eval", "--run", str(wgan), "--json", "--count", "400", "--batch-size", "200"
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["metrics"]
     assert report["count"] == 400 and report["features"] == "shapes_net"
