@@ -32,6 +32,20 @@ def test_shapes_are_seeded_and_structured():
     assert not np.array_equal(held[:6], a)
 
 
+def test_the_shapes_held_out_pool_draws_only_the_images_chosen_and_the_same_bytes():
+    """The pool draws the images asked for, in the order asked, as the whole 10,000-image
+    split drawn at once has them (drawn here by `load_images`)."""
+    opts = options(count=10, size=8, channels=1)
+    whole = data.load_images(opts, seed=3, held_out=True)
+    assert whole.shape == (10000, 8, 8, 1)
+    pool = data.reference_pool(opts, 3, 400)
+    assert (pool.size, pool.held_out, pool.readable()) == (10000, True, 10000)
+    rows = np.random.default_rng(0).choice(10000, 2500, replace=False)  # chunks of 1,000
+    images, labels = pool.load(rows)
+    assert labels is None
+    np.testing.assert_array_equal(images, whole[rows])
+
+
 def test_pipeline_batches_scaled_to_minus_one_one():
     batch = first_batch(options(count=16, size=8))
     assert batch.shape == (4, 8, 8, 3) and batch.dtype == np.float32

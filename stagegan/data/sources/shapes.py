@@ -4,7 +4,7 @@ triangles on varied backgrounds (offline; the held-out split is drawn from anoth
 import numpy as np
 
 from stagegan.config.memory import format_count
-from stagegan.data.sources.base import Source, register
+from stagegan.data.sources.base import Pool, Source, register
 
 # Shapes ---------------------------------------------------------------------------------------
 
@@ -23,6 +23,19 @@ def draw_shapes(count, size, seed, channels=3, labels=False):
     shapes show, 0-3). These are what `stagegan.evaluation.shapes_net` learns; drawing them
     changes no image.
     """
+    parameters = shape_parameters(count, seed)
+    images, owner = draw_rows(parameters, np.arange(count), size, channels)
+    if not labels:
+        return images
+    base, _, layers = parameters
+    kinds = np.stack([layer[1] for layer in layers], 1)
+    colours = np.stack([layer[5] for layer in layers], 1)
+    return images, _shape_labels(owner, kinds, colours, base)
+
+
+def shape_parameters(count, seed):
+    """What `draw_shapes` draws `count` images from, `(base, slope, layers)`: every random
+    number, for every image, in the order drawn (drawing them is fast; rendering is not)."""
     rng = np.random.default_rng(seed)
     base = rng.uniform(0.0, 1.0, (count, 1, 1, 3))
     slope = rng.uniform(-0.3, 0.3, (count, 1, 1, 2))
@@ -34,19 +47,23 @@ def draw_shapes(count, size, seed, channels=3, labels=False):
         radius = rng.uniform(0.12, 0.3, count)
         colour = rng.uniform(0.0, 1.0, (count, 3))
         layers.append((present, kind, cx, cy, radius, colour))
-    images = np.empty((count, size, size, channels), np.uint8)
-    owner = np.empty((count, size, size), np.int8)  # which layer shows at each pixel
+    return base, slope, layers
+
+
+def draw_rows(parameters, rows, size, channels):
+    """Images `rows` (an int array) of those `parameters` describe, `(uint8 [len(rows), size,
+    size, channels], owner)`, in the order asked: each image is drawn on its own, so the
+    images drawn are those of drawing them all, byte for byte."""
+    base, slope, layers = parameters
+    images = np.empty((len(rows), size, size, channels), np.uint8)
+    owner = np.empty((len(rows), size, size), np.int8)  # which layer shows at each pixel
     chunk = shapes_chunk(size)
-    for start in range(0, count, chunk):  # bounded memory for large counts and sizes
-        part = slice(start, start + chunk)
+    for start in range(0, len(rows), chunk):  # bounded memory for large counts and sizes
+        part, picked = slice(start, start + chunk), rows[start : start + chunk]
         images[part], owner[part] = _render_shapes(
-            size, channels, base[part], slope[part], [[a[part] for a in la] for la in layers]
+            size, channels, base[picked], slope[picked], [[a[picked] for a in la] for la in layers]
         )
-    if not labels:
-        return images
-    kinds = np.stack([layer[1] for layer in layers], 1)
-    colours = np.stack([layer[5] for layer in layers], 1)
-    return images, _shape_labels(owner, kinds, colours, base)
+    return images, owner
 
 
 SHAPES_CHUNK = 1000
@@ -137,3 +154,11 @@ class ShapesSource(Source):
         o = self.options
         count = SHAPES_HELD_OUT if held_out else o["count"]
         return draw_shapes(count, o["size"], seed + (7919 if held_out else 0), o["channels"])
+
+    def pool(self, seed, count):
+        """The held-out split, drawn as chosen: an evaluation of 400 images draws those 400,
+        not the split's 10,000 (the same images, byte for byte, as drawing them all)."""
+        o = self.options
+        parameters = shape_parameters(SHAPES_HELD_OUT, seed + 7919)
+        draw = lambda rows: draw_rows(parameters, np.asarray(rows), o["size"], o["channels"])[0]
+        return Pool(SHAPES_HELD_OUT, True, lambda rows: (draw(rows), None))
