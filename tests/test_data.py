@@ -44,6 +44,8 @@ def test_the_shapes_held_out_pool_draws_only_the_images_chosen_and_the_same_byte
     images, labels = pool.load(rows)
     assert labels is None
     np.testing.assert_array_equal(images, whole[rows])
+    again = np.concatenate([rows[:7], [3, 3, 9999]])  # drawn before, twice, and new
+    np.testing.assert_array_equal(pool.load(again)[0], whole[again])
 
 
 def test_pipeline_batches_scaled_to_minus_one_one():

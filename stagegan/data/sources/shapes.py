@@ -131,6 +131,7 @@ def _shape_labels(owner, kinds, colours, base):
 
 
 SHAPES_HELD_OUT = 10000  # the held-out split of `shapes`: as large as FID's usual sample count
+HELD_OUT_OFFSET = 7919  # added to the run's seed for the held-out split
 
 
 @register
@@ -153,12 +154,25 @@ class ShapesSource(Source):
     def load(self, seed, held_out=False):
         o = self.options
         count = SHAPES_HELD_OUT if held_out else o["count"]
-        return draw_shapes(count, o["size"], seed + (7919 if held_out else 0), o["channels"])
+        return draw_shapes(
+            count, o["size"], seed + (HELD_OUT_OFFSET if held_out else 0), o["channels"]
+        )
 
     def pool(self, seed, count):
-        """The held-out split, drawn as chosen: an evaluation of 400 images draws those 400,
-        not the split's 10,000 (the same images, byte for byte, as drawing them all)."""
+        """The held-out split, each image drawn the first time it is chosen: an evaluation of
+        400 images draws those 400, not the split's 10,000, and one that chooses an image
+        again (its FID, then its memorisation check) does not draw it twice. The same images,
+        byte for byte, as drawing them all."""
         o = self.options
-        parameters = shape_parameters(SHAPES_HELD_OUT, seed + 7919)
-        draw = lambda rows: draw_rows(parameters, np.asarray(rows), o["size"], o["channels"])[0]
-        return Pool(SHAPES_HELD_OUT, True, lambda rows: (draw(rows), None))
+        parameters = shape_parameters(SHAPES_HELD_OUT, seed + HELD_OUT_OFFSET)
+        images = np.empty((SHAPES_HELD_OUT, o["size"], o["size"], o["channels"]), np.uint8)
+        drawn = np.zeros(SHAPES_HELD_OUT, bool)
+
+        def load(rows):
+            rows = np.asarray(rows, np.int64)
+            missing = np.unique(rows[~drawn[rows]])
+            images[missing] = draw_rows(parameters, missing, o["size"], o["channels"])[0]
+            drawn[missing] = True
+            return images[rows], None
+
+        return Pool(SHAPES_HELD_OUT, True, load)
