@@ -32,20 +32,30 @@ def test_shapes_are_seeded_and_structured():
     assert not np.array_equal(held[:6], a)
 
 
-def test_the_shapes_held_out_pool_draws_only_the_images_chosen_and_the_same_bytes():
+def test_the_shapes_held_out_pool_draws_only_the_images_chosen_and_the_same_bytes(monkeypatch):
     """The pool draws the images asked for, in the order asked, as the whole 10,000-image
-    split drawn at once has them (drawn here by `load_images`)."""
+    split drawn at once has them (drawn here by `load_images`), and draws each image once:
+    none it was not asked for, none again."""
+    from stagegan.data.sources import shapes
+
     opts = options(count=10, size=8, channels=1)
     whole = data.load_images(opts, seed=3, held_out=True)
     assert whole.shape == (10000, 8, 8, 1)
+    drawn, draw_rows = [], shapes.draw_rows
+    monkeypatch.setattr(
+        shapes, "draw_rows", lambda p, rows, *a: (drawn.extend(rows), draw_rows(p, rows, *a))[1]
+    )
     pool = data.reference_pool(opts, 3, 400)
     assert (pool.size, pool.held_out, pool.readable()) == (10000, True, 10000)
+    assert drawn == []
     rows = np.random.default_rng(0).choice(10000, 2500, replace=False)  # chunks of 1,000
     images, labels = pool.load(rows)
     assert labels is None
     np.testing.assert_array_equal(images, whole[rows])
+    assert sorted(drawn) == sorted(rows)
     again = np.concatenate([rows[:7], [3, 3, 9999]])  # drawn before, twice, and new
     np.testing.assert_array_equal(pool.load(again)[0], whole[again])
+    assert sorted(drawn) == sorted({*rows, 3, 9999})
 
 
 def test_pipeline_batches_scaled_to_minus_one_one():
