@@ -1,10 +1,12 @@
 """Shared helpers of the CLI tests: a tiny run's overrides, a real `python -m stagegan`
-subprocess, and the one-line-error check."""
+process, and the one-line-error check."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -31,9 +33,11 @@ TINY = [
 ]
 
 
-def stagegan(*args, cwd=ROOT, env=None):
+def stagegan(*args, cwd=ROOT, env=None, fresh=False):
+    """`python -m stagegan ARGS` in a real process: forked from tests/zygote.py's server, which
+    has TensorFlow imported already, or with `fresh` a new interpreter (`subprocess`)."""
     environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
-    return subprocess.run(
+    return (subprocess.run if fresh else zygote.run)(
         [sys.executable, "-m", "stagegan", *args],
         cwd=cwd,
         env=environ,
@@ -41,6 +45,38 @@ def stagegan(*args, cwd=ROOT, env=None):
         text=True,
         timeout=300,
     )
+
+
+def workers(*args, cwd, env=None, count=2):
+    """`stagegan train ARGS` as `count` multi-worker processes on 127.0.0.1, started as `launch
+    --workers` starts them (its `TF_CONFIG` per process, `devices.strategy=multi_worker`) but
+    forked from tests/zygote.py's server; `launch` itself: tests/test_multi_worker.py. The
+    finished processes, chief first."""
+    from stagegan.cli.launch import free_ports, tf_config
+
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
+    command = [sys.executable, "-m", "stagegan", "train", *map(str, args)]
+    command += ["--set", "devices.strategy=multi_worker"]
+    environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
+    processes = [
+        zygote.Process(
+            command,
+            cwd=cwd,
+            env={**environ, "TF_CONFIG": tf_config(addresses, index)},
+            stdout=zygote.PIPE,
+            stderr=zygote.PIPE,
+            text=True,
+        )
+        for index in range(count)
+    ]
+    try:
+        return [
+            subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate())
+            for p in processes
+        ]
+    finally:
+        for process in processes:
+            process.kill()
 
 
 def inprocess(*args):

@@ -1,4 +1,4 @@
-"""The command line: train through a real subprocess, plan, run folders, errors, packaging."""
+"""The command line: train through a real process, plan, run folders, errors, packaging."""
 
 import os
 import subprocess
@@ -155,7 +155,7 @@ def test_plan_budget_times_each_stage_and_sizes_the_run(tmp_path):
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     """The real process path of a refused run; tests/test_bad_input.py holds the catalogue."""
-    result = stagegan("train", "--config", "mog_ring", "--set", "bogus=1", cwd=tmp_path)
+    result = stagegan("train", "--config", "mog_ring", "--set", "bogus=1", cwd=tmp_path, fresh=True)
     assert_user_error(result, "bogus: unknown key")
     assert not (tmp_path / "runs").exists()  # nothing created for a refused run
 

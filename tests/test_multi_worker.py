@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import yaml
+import zygote
 from clihelp import ROOT, stagegan
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
@@ -149,12 +150,12 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
         args = ["train", "--config", "run.yaml", "--run-dir", str(tmp_path / "run")]
         args += ["--set", "devices.strategy=multi_worker"]
         workers.append(
-            subprocess.Popen(
+            zygote.Process(
                 [sys.executable, "-m", "stagegan", *args],
                 cwd=tmp_path,
                 env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stdout=zygote.DEVNULL,
+                stderr=zygote.PIPE,
                 text=True,
             )
         )
@@ -233,7 +234,7 @@ def test_a_step_past_its_deadline_ends_the_process_with_one_line(tmp_path):
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "checkpoints" / "ckpt-1.index").write_bytes(b"0" * 100)
     began = time.monotonic()
-    result = subprocess.run(
+    result = zygote.run(
         [sys.executable, "-c", WAITS, str(folder)],
         cwd=ROOT,
         capture_output=True,

@@ -8,13 +8,13 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 import yaml
+import zygote
 from clihelp import ROOT, stagegan
 from test_multi_worker import RAW, weights
 from test_training import reference_run
@@ -99,12 +99,12 @@ def start_servers(folder, addresses, counts, *flags):
         for index in range(count):
             env = {**os.environ, "TF_CONFIG": ps_tf_config(addresses, job, index)}
             processes.append(
-                subprocess.Popen(
+                zygote.Process(
                     [sys.executable, "-m", "stagegan", "serve", *flags],
                     cwd=folder,
                     env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
+                    stdout=zygote.DEVNULL,
+                    stderr=zygote.PIPE,
                     text=True,
                 )
             )
@@ -126,8 +126,8 @@ def chief(folder, addresses, *args, crash=None):
     command = [sys.executable, "-m", "stagegan", *args]
     if crash is not None:
         command = [sys.executable, str(ROOT / "tests" / "crash_run.py"), *crash, "--", *args]
-    return subprocess.Popen(
-        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    return zygote.Process(
+        command, cwd=folder, env=env, stdout=zygote.PIPE, stderr=zygote.PIPE, text=True
     )
 
 
@@ -314,7 +314,7 @@ def test_serve_on_a_taken_port_is_one_line(tmp_path):
     try:
         addresses = {**cluster(SERVERS), "worker": [f"127.0.0.1:{taken.getsockname()[1]}"]}
         env = {**os.environ, "TF_CONFIG": ps_tf_config(addresses, "worker", 0)}
-        result = subprocess.run(
+        result = zygote.run(
             [sys.executable, "-m", "stagegan", "serve"],
             cwd=tmp_path,
             env=env,

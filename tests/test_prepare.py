@@ -203,10 +203,10 @@ def test_sigterm_removes_the_partial_folder(tmp_path):
     """SIGTERM, as Ctrl-C, removes `OUTPUT.partial-<pid>` and ends with status 143."""
     import os
     import signal
-    import subprocess
     import sys
     import time
 
+    import zygote
     from clihelp import ROOT
 
     folder = tmp_path / "many"  # 1,500 names of one 512 px image: seconds of decoding
@@ -218,8 +218,8 @@ def test_sigterm_removes_the_partial_folder(tmp_path):
     output = tmp_path / "out"
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "stagegan", "prepare", str(folder), "--output", str(output)]
-    process = subprocess.Popen(
-        [*command, "--size", "16"], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    process = zygote.Process(
+        [*command, "--size", "16"], env=environ, stdout=zygote.PIPE, stderr=zygote.PIPE
     )
     try:
         deadline = time.monotonic() + 120

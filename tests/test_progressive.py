@@ -265,16 +265,16 @@ def test_export_serves_the_generator_at_its_resolution_and_refuses_keras(full_ru
 
 
 def test_two_worker_processes_train_the_transition_as_one_device_does(trained, tmp_path):
-    """`launch --workers 2` (real processes on 127.0.0.1, MultiWorkerMirroredStrategy): each
-    worker sets alpha from the same stage step; the weights end as one device's."""
-    from clihelp import stagegan
+    """Two worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy): each worker sets alpha
+    from the same stage step; the weights end as one device's."""
+    from clihelp import workers
     from toytask import read_checkpoint, variable_key
 
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw_config(STAGES[:2])))
     (tmp_path / "tmp").mkdir()
-    args = ["launch", "--workers", "2", "--config", "run.yaml", "--run-dir", tmp_path / "run"]
-    result = stagegan(*map(str, args), cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
-    assert result.returncode == 0, result.stderr[-3000:]
+    args = ["--config", "run.yaml", "--run-dir", tmp_path / "run"]
+    results = workers(*args, cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-3000:] for r in results]
     values = read_checkpoint(tmp_path / "run/checkpoints/ckpt-00000006")
     expected = trained[6]
     diff = max(float(np.abs(values[variable_key(p)] - expected[p]).max()) for p in expected)

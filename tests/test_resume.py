@@ -7,13 +7,13 @@ interrupted, which runs beside it.
 """
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+import zygote
 from clihelp import ROOT, TINY, stagegan
 from toytask import D, G, finished_run, read_checkpoint, toy_config
 
@@ -62,7 +62,7 @@ MINIMAL_ENV = {
 
 
 def crash(how, step, *args):
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, str(ROOT / "tests" / "crash_run.py"), how, str(step), "--", *args],
         cwd=ROOT,
         env=MINIMAL_ENV,
@@ -75,12 +75,12 @@ def crash(how, step, *args):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     base = tmp_path_factory.mktemp("resume")
-    reference = subprocess.Popen(
+    reference = zygote.Process(
         [sys.executable, "-m", "stagegan", "train", "--run-dir", str(base / "ref"), *CONFIG],
         cwd=ROOT,
         env=MINIMAL_ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=zygote.DEVNULL,
+        stderr=zygote.PIPE,
         text=True,
     )
     run = base / "run"
@@ -460,9 +460,9 @@ def folder_chain(tmp_path_factory):
         "target: 0.0, speed: 64, interval: 3}",
     ]  # fmt: skip
     env = MINIMAL_ENV
-    reference = subprocess.Popen(
+    reference = zygote.Process(
         [sys.executable, "-m", "stagegan", "train", "--run-dir", str(base / "ref"), *config],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env, stdout=zygote.PIPE, stderr=zygote.PIPE, text=True,
     )  # fmt: skip
     run, results = base / "run", []
     for how, step in FOLDER_KILLS:

@@ -9,13 +9,13 @@ at the same step, with the same weights.
 import json
 import logging
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 import yaml
+import zygote
 from clihelp import ROOT, inprocess
 from toytask import G_UPDATE, finished_run, read_checkpoint, two_stage_config
 
@@ -145,7 +145,7 @@ def until_runs(tmp_path_factory, threshold):
     raw = until_config(threshold)
     whole = finished_run(base / "whole", raw)
     (base / "until.yaml").write_text(yaml.safe_dump(raw))
-    killed = subprocess.run(
+    killed = zygote.run(
         [sys.executable, str(ROOT / "tests" / "crash_run.py"), "after-step", "10", "--"]
         + ["train", "--config", str(base / "until.yaml"), "--run-dir", str(base / "killed")],
         cwd=ROOT,
@@ -345,11 +345,11 @@ def test_a_step_that_never_finishes_still_stops_on_sigterm(tmp_path):
     config = tmp_path / "stuck.yaml"
     config.write_text(yaml.safe_dump(raw))
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
+    process = zygote.Process(
         [sys.executable, "-c", STUCK, "train", "--config", str(config), "--run-dir", str(run_dir)],
         cwd=ROOT / "tests",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=zygote.PIPE,
+        stderr=zygote.PIPE,
         text=True,
     )
     index = run_dir / "checkpoints" / "index.json"
@@ -377,16 +377,16 @@ def test_a_step_that_never_finishes_still_stops_on_sigterm(tmp_path):
 
 
 def test_until_decides_the_same_in_a_two_worker_run(tmp_path, threshold):
-    """Two real worker processes (`launch --workers 2`) compute the same averaged metrics,
+    """Two real worker processes (MultiWorkerMirroredStrategy) compute the same averaged metrics,
     so both end the `until` stage at the step computed by hand (12), in step with each
     other (a disagreement would hang their collectives), and the run finishes at 15."""
-    from clihelp import stagegan
+    from clihelp import workers
 
     (tmp_path / "until.yaml").write_text(yaml.safe_dump(until_config(threshold)))
     (tmp_path / "tmp").mkdir()
-    args = ["launch", "--workers", "2", "--config", "until.yaml", "--run-dir", "run"]
-    result = stagegan(*args, cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
-    assert result.returncode == 0, result.stderr[-3000:]
+    args = ["--config", "until.yaml", "--run-dir", "run"]
+    results = workers(*args, cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-3000:] for r in results]
     index = json.loads((tmp_path / "run/checkpoints/index.json").read_text())["checkpoints"]
     tags = {e["step"]: e["tags"] for e in index}
     assert tags[CHECK * ENDS_AT_CHECK] == ["stage_end:d_only"]

@@ -1,4 +1,4 @@
-"""`stagegan sample` and `stagegan eval` through real subprocesses, on short real runs:
+"""`stagegan sample` and `stagegan eval` through real processes, on short real runs:
 reproducible samples, metrics checked by hand against the sampled outputs, eval.jsonl,
 evaluation inside `train`, and bad input."""
 

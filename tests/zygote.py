@@ -1,0 +1,187 @@
+"""Real processes for the tests, without paying for TensorFlow's import in each one.
+
+Importing TensorFlow and Keras costs a new process about 3.5 s of CPU; the suite starts some
+forty `python -m stagegan` processes (resume's kill chains, parameter servers, multi-worker
+chiefs). Here they are forked from a server that has already imported them, with Python's own
+`multiprocessing` forkserver and its preload (`zygote_warm`): the server imports TensorFlow as
+`stagegan`'s CLI does (`import_tensorflow`, which also sends native logs to /dev/null) and every
+module of `stagegan`, and initialises nothing (no eager context, no thread pool, no gRPC), so a
+fork of it is what a fresh `python -m stagegan` is right after its imports.
+
+The child is a real process: its own pid, environment, working directory, `sys.path` (as
+`PYTHONPATH` and the script's folder make it), stdout and stderr, exit status and signals
+(SIGKILL reads -9 and SIGTERM reaches stagegan's handler, as for `subprocess.Popen`). What it
+does not have is a hash seed of its own (every child shares the server's), so processes that
+must be fresh interpreters keep `subprocess`: the network-namespace runs, the processes `launch`
+starts, the exports loaded without stagegan, and tests/test_cli.py's `python -m stagegan`.
+
+`Process` and `run` take `subprocess.Popen`'s and `subprocess.run`'s arguments for
+`[sys.executable, "-m", module | "-c", code | script, *args]`.
+"""
+
+import atexit
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+
+PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
+HERE = os.path.dirname(os.path.abspath(__file__))
+_context = None
+
+
+def _forkserver():
+    global _context
+    if _context is None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["zygote_warm"])
+        # Python 3.11's forkserver ignores the sys.path it is sent: PYTHONPATH finds the preload.
+        before = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, before]))
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            if before is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = before
+        _context = context
+    return _context
+
+
+class Process:
+    """`subprocess.Popen(args, cwd=, env=, stdout=, stderr=)`, forked from the warm server.
+    `stdout`/`stderr`: PIPE (read by `communicate`), DEVNULL, or None (the test's own)."""
+
+    def __init__(self, args, cwd=None, env=None, stdout=None, stderr=None, text=False):
+        assert args[0] == sys.executable, args
+        self.args = [str(a) for a in args]
+        self._text = text
+        self._pipes = {}
+        paths = []
+        for name, target in (("stdout", stdout), ("stderr", stderr)):
+            if target == PIPE:
+                handle, path = tempfile.mkstemp(prefix=f"zygote-{name}-")
+                os.close(handle)
+                self._pipes[name] = path
+            elif target == DEVNULL:
+                path = os.devnull
+            else:
+                assert target is None, target
+                path = None
+            paths.append(path)
+        environ = dict(os.environ if env is None else env)
+        cwd = os.path.abspath(cwd or os.getcwd())
+        self._process = _forkserver().Process(
+            target=_child, args=(self.args, cwd, environ, *paths), daemon=True
+        )
+        self._process.start()
+        self.pid = self._process.pid
+
+    @property
+    def returncode(self):
+        return self._process.exitcode
+
+    def poll(self):
+        self._process.join(0)
+        return self._process.exitcode
+
+    def wait(self, timeout=None):
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self._process.exitcode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        return tuple(self._read(name) for name in ("stdout", "stderr"))
+
+    def _read(self, name):
+        path = self._pipes.pop(name, None)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            return data.decode("utf-8", errors="replace") if self._text else data
+        finally:
+            os.unlink(path)
+
+
+def run(args, cwd=None, env=None, capture_output=False, timeout=None, text=False):
+    """`subprocess.run`: the finished process's status and, with `capture_output`, its output."""
+    streams = PIPE if capture_output else None
+    process = Process(args, cwd=cwd, env=env, stdout=streams, stderr=streams, text=text)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def _child(args, cwd, env, stdout, stderr):
+    """In the forked process: become `args` run in `cwd` with `env`, then exit as Python does."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for stream, path in ((sys.stdout, stdout), (sys.stderr, stderr)):
+        if path is not None:
+            stream.flush()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, stream.fileno())  # stderr: the descriptor stagegan's CLI writes to
+            os.close(fd)
+    import zygote_warm
+
+    mode, target, rest = args[1], args[2] if len(args) > 2 else None, args[3:]
+    first = os.path.dirname(os.path.realpath(args[1])) if not mode.startswith("-") else cwd
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *extra, *zygote_warm.SITE_PATH]
+    status = 0
+    try:
+        if mode == "-m":
+            sys.argv = [target, *rest]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif mode == "-c":
+            sys.argv = ["-c", *rest]
+            exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            sys.argv = args[1:]
+            runpy.run_path(mode, run_name="__main__")
+    except SystemExit as stop:
+        status = stop.code
+        if status is None:
+            status = 0
+        elif not isinstance(status, int):
+            print(status, file=sys.stderr)
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    # What the interpreter does on its way out: wait for non-daemon threads, run atexit's
+    # functions, flush the standard streams.
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status & 0xFF)
