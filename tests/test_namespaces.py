@@ -1,8 +1,10 @@
 """Two "machines" on one host: two network namespaces this test creates, joined by a veth
 pair, each with its own address on the test's own /24. Processes are started in them with
 `TF_CONFIG` as docs/devices.md tells a user with two machines, so every byte between them
-crosses that interface (127.0.0.1 is each namespace's own). Needs root (`ip netns`), as on
-CI; skipped with the reason elsewhere. Traffic stays between the test's own namespaces."""
+crosses that interface (127.0.0.1 is each namespace's own). The processes are forked from
+tests/zygote.py's server and join their namespace as `ip netns exec` does (`setns`). Needs
+root (`ip netns`), as on CI; skipped with the reason elsewhere. Traffic stays between the
+test's own namespaces."""
 
 import json
 import os
@@ -14,6 +16,7 @@ import time
 
 import pytest
 import yaml
+import zygote
 from clihelp import ROOT
 from test_multi_worker import RAW, weights
 from test_training import reference_run
@@ -63,21 +66,21 @@ def network():
         ip("netns", "del", b)
 
 
-def in_namespace(namespace, folder, args, tf_config, extra_env=None, command=None):
+def in_namespace(namespace, folder, args, tf_config, extra_env=None):
     env = {
         **os.environ,
         "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
         "TF_CONFIG": tf_config,
         **(extra_env or {}),
     }
-    command = command or [sys.executable, "-m", "stagegan", *args]
-    return subprocess.Popen(
-        ["ip", "netns", "exec", namespace, *command],
+    return zygote.Process(
+        [sys.executable, "-m", "stagegan", *args],
         cwd=folder,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=zygote.PIPE,
+        stderr=zygote.PIPE,
         text=True,
+        netns=namespace,  # as `ip netns exec NAMESPACE COMMAND` runs it
     )
 
 

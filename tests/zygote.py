@@ -57,9 +57,10 @@ def _forkserver():
 
 class Process:
     """`subprocess.Popen(args, cwd=, env=, stdout=, stderr=)`, forked from the warm server.
-    `stdout`/`stderr`: PIPE (read by `communicate`), DEVNULL, or None (the test's own)."""
+    `stdout`/`stderr`: PIPE (read by `communicate`), DEVNULL, or None (the test's own).
+    `netns`: the network namespace the process runs in (`ip netns add NETNS`)."""
 
-    def __init__(self, args, cwd=None, env=None, stdout=None, stderr=None, text=False):
+    def __init__(self, args, cwd=None, env=None, stdout=None, stderr=None, text=False, netns=None):
         assert args[0] == sys.executable, args
         self.args = [str(a) for a in args]
         self._text = text
@@ -79,7 +80,7 @@ class Process:
         environ = dict(os.environ if env is None else env)
         cwd = os.path.abspath(cwd or os.getcwd())
         self._process = _forkserver().Process(
-            target=_child, args=(self.args, cwd, environ, *paths), daemon=True
+            target=_child, args=(self.args, cwd, environ, *paths, netns), daemon=True
         )
         self._process.start()
         self.pid = self._process.pid
@@ -137,8 +138,11 @@ def run(args, cwd=None, env=None, capture_output=False, timeout=None, text=False
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-def _child(args, cwd, env, stdout, stderr):
-    """In the forked process: become `args` run in `cwd` with `env`, then exit as Python does."""
+def _child(args, cwd, env, stdout, stderr, netns=None):
+    """In the forked process: become `args` run in `cwd` with `env` (in network namespace
+    `netns`, as `ip netns exec NETNS` runs a command), then exit as Python does."""
+    if netns is not None:
+        _join_network_namespace(netns)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -185,3 +189,17 @@ def _child(args, cwd, env, stdout, stderr):
         except (OSError, ValueError):
             pass
     os._exit(status & 0xFF)
+
+
+def _join_network_namespace(name):
+    """`setns(2)` into `/var/run/netns/NAME`: the sockets this process opens from now on are
+    that namespace's (its interfaces, addresses and 127.0.0.1)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {name}")
+    finally:
+        os.close(fd)
