@@ -49,14 +49,15 @@ def stagegan(*args, cwd=ROOT, env=None, fresh=False):
 
 def workers(*args, cwd, env=None, count=2):
     """`stagegan train ARGS` as `count` multi-worker processes on 127.0.0.1, started as `launch
-    --workers` starts them (its `TF_CONFIG` per process, `devices.strategy=multi_worker`) but
-    forked from tests/zygote.py's server; `launch` itself: tests/test_multi_worker.py. The
-    finished processes, chief first."""
+    --workers` starts them (its `TF_CONFIG` per process, `devices.strategy=multi_worker` unless
+    they resume) but forked from tests/zygote.py's server; `launch` itself:
+    tests/test_multi_worker.py. The finished processes, chief first."""
     from stagegan.cli.launch import free_ports, tf_config
 
     addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
     command = [sys.executable, "-m", "stagegan", "train", *map(str, args)]
-    command += ["--set", "devices.strategy=multi_worker"]
+    if "--resume" not in command:
+        command += ["--set", "devices.strategy=multi_worker"]
     environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
     processes = [
         zygote.Process(

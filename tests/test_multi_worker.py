@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import yaml
 import zygote
-from clihelp import ROOT, stagegan
+from clihelp import ROOT, stagegan, workers
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
 
+from stagegan.cli import launch as launch_module
 from stagegan.cli import main as cli
 from stagegan.cli.launch import free_ports, tf_config
 from stagegan.config.schema import parse_config
@@ -91,14 +92,20 @@ def test_no_native_log_lines_from_any_worker(launched):
     assert any(line.startswith("[joint] step 10/10") for line in output)
 
 
-def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_path):
+def test_resume_from_an_earlier_checkpoint_gives_the_same_weights(launched, tmp_path, monkeypatch):
     folder, run_dir, _, initial = launched
     before = weights(find_checkpoint(run_dir), initial)
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(run_dir), str(copy)], check=True)
-    args = ["launch", "--workers", "2", "--resume", str(copy), "--checkpoint", "4"]
-    result = stagegan(*args, cwd=folder, env={"TMPDIR": str(folder / "tmp")})
-    assert result.returncode == 0, result.stderr[-3000:]
+    args = ["--resume", str(copy), "--checkpoint", "4"]
+    # `launch --workers 2 --resume` checks the run and starts 2 workers with train's
+    # arguments as they are; the workers are started below as it starts them.
+    started = []
+    monkeypatch.setattr(launch_module, "launch", lambda *a: started.append(a[:2]) or 0)
+    assert cli.main(["launch", "--workers", "2", *args]) == 0
+    assert started == [(2, args)]
+    results = workers(*args, cwd=folder, env={"TMPDIR": str(folder / "tmp")})
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-3000:] for r in results]
     after = weights(find_checkpoint(copy), initial)
     for path in before:
         np.testing.assert_allclose(after[path], before[path], atol=1e-6, err_msg=path)
