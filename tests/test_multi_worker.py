@@ -15,6 +15,7 @@ import pytest
 import yaml
 import zygote
 from clihelp import ROOT, stagegan, workers
+from tensorflow import errors as tf_errors
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
 
@@ -188,6 +189,32 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     assert last.startswith("stagegan: error: multi_worker: lost contact with worker 1"), last
     assert "the last checkpoint is step " in last and "Traceback" not in stderr
     assert f"--resume {tmp_path / 'run'} " in last
+
+
+@pytest.mark.parametrize(
+    "message, who",
+    [
+        (  # a collective's call to the dead peer failed
+            "Collective ops is aborted by: failed to connect to all addresses\n"
+            "Additional GRPC error information from remote target /job:worker/replica:0/task:1"
+            " while calling /tensorflow.WorkerService/RecvBuf:\n:{...}",
+            "worker 1 (/job:worker/replica:0/task:1)",
+        ),
+        (  # the coordination service missed its heartbeats first (seen 1 run in 5)
+            "Error reported from /job:worker/task:1: The following tasks are unhealthy (stopped"
+            " sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed. Check"
+            " the task logs for an earlier error to debug further.",
+            "worker 1 (/job:worker/replica:0/task:1)",
+        ),
+        ("Error reported from /job:worker/task:3: reset", "worker 3 (/job:worker/task:3)"),
+        ("Socket closed", "a worker"),
+    ],
+)
+def test_the_lost_peer_is_named_from_either_of_tensorflows_errors(message, who):
+    from stagegan.training.loop import describe_peer_error
+
+    line = describe_peer_error(tf_errors.UnavailableError(None, None, message))
+    assert line.startswith(f"lost contact with {who}: ") and "\n" not in line, line
 
 
 def test_sample_from_a_multi_worker_run_needs_no_cluster(launched, capfd, tmp_path):

@@ -1049,8 +1049,15 @@ def describe_peer_error(error):
         if line != "Graph execution error:" and not line.startswith(("Detected at node", "File "))
     ]
     first = aborted[0].split(": ", 1)[1] if aborted else (said or [type(error).__name__])[0]
-    remote = re.search(r"remote target (/job:\S+?)(?: while|$)", text, re.M)
+    # The peer: the target of a failed call or, when the coordination service noticed first,
+    # the task it lists as no longer sending heartbeats (and names the error's source).
+    task = r"/job:\w+/(?:replica:\d+/)?task:\d+"
+    peer = (
+        re.search(r"remote target (/job:\S+?)(?: while|$)", text, re.M)
+        or re.search(rf"stopped sending heartbeats\):\s*({task})", text)
+        or re.search(rf"Error reported from ({task})", text)
+    )
     who = "a worker"
-    if remote:
-        who = f"worker {remote.group(1).rsplit('task:', 1)[-1]} ({remote.group(1)})"
+    if peer:
+        who = f"worker {peer.group(1).rsplit('task:', 1)[-1]} ({peer.group(1)})"
     return f"lost contact with {who}: {first}"
