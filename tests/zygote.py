@@ -155,7 +155,8 @@ def _child(args, cwd, env, stdout, stderr, netns=None):
     import zygote_warm
 
     mode, target, rest = args[1], args[2] if len(args) > 2 else None, args[3:]
-    first = os.path.dirname(os.path.realpath(args[1])) if not mode.startswith("-") else cwd
+    # sys.path[0] as Python sets it: '' for -c, the working directory for -m, else the script's
+    first = {"-c": "", "-m": cwd}.get(mode, os.path.dirname(os.path.realpath(mode)))
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [first, *extra, *zygote_warm.SITE_PATH]
     status = 0
