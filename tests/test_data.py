@@ -208,13 +208,13 @@ print(json.dumps({
 
 def test_files_that_are_not_regular_are_skipped_never_opened(tmp_path):
     """A fifo named like an image blocked every reader forever: now it is left out when the
-    folder is listed (and refused when opened), as an unreadable file is. Run in a subprocess
-    with a timeout, so that a reader that blocks fails the test instead of hanging it."""
+    folder is listed (and refused when opened), as an unreadable file is. Run in a process of
+    its own with a timeout, so that a reader that blocks fails the test instead of hanging it."""
     import json
     import os
-    import subprocess
     import sys
 
+    import zygote
     from clihelp import ROOT
 
     folder = tmp_path / "images"
@@ -224,7 +224,7 @@ def test_files_that_are_not_regular_are_skipped_never_opened(tmp_path):
     os.mkfifo(folder / "fifo.png")
     (folder / "null.png").symlink_to(os.devnull)  # a device, behind a link
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run(
+    result = zygote.run(
         [sys.executable, "-c", SPECIAL_FILES, str(folder), str(tmp_path / "out")],
         capture_output=True,
         text=True,
