@@ -10,10 +10,12 @@ fork of it is what a fresh `python -m stagegan` is right after its imports.
 
 The child is a real process: its own pid, environment, working directory, `sys.path` (as
 `PYTHONPATH` and the script's folder make it), stdout and stderr, exit status and signals
-(SIGKILL reads -9 and SIGTERM reaches stagegan's handler, as for `subprocess.Popen`). What it
-does not have is a hash seed of its own (every child shares the server's), so processes that
-must be fresh interpreters keep `subprocess`: the network-namespace runs, the processes `launch`
-starts, the exports loaded without stagegan, and tests/test_cli.py's `python -m stagegan`.
+(SIGKILL reads -9 and SIGTERM reaches stagegan's handler, as for `subprocess.Popen`), and with
+`netns` its own network namespace (`setns`, as `ip netns exec` does); tests/test_zygote.py
+compares it with `subprocess`. What it does not have is a hash seed of its own (every child
+shares the server's), so processes that must be fresh interpreters keep `subprocess`: the
+processes `launch` starts, the exports loaded without stagegan, the wheel install and
+tests/test_cli.py's refused `python -m stagegan`.
 
 `Process` and `run` take `subprocess.Popen`'s and `subprocess.run`'s arguments for
 `[sys.executable, "-m", module | "-c", code | script, *args]`.
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import weakref
 
 PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,7 +67,8 @@ class Process:
         assert args[0] == sys.executable, args
         self.args = [str(a) for a in args]
         self._text = text
-        self._pipes = {}
+        self._pipes = {}  # name -> temporary file, removed when read (or with this object)
+        weakref.finalize(self, _remove, self._pipes)
         paths = []
         for name, target in (("stdout", stdout), ("stderr", stderr)):
             if target == PIPE:
@@ -122,6 +126,12 @@ class Process:
                 data = f.read()
             return data.decode("utf-8", errors="replace") if self._text else data
         finally:
+            os.unlink(path)
+
+
+def _remove(pipes):
+    for path in pipes.values():
+        if os.path.exists(path):
             os.unlink(path)
 
 
