@@ -200,7 +200,7 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
             " while calling /tensorflow.WorkerService/RecvBuf:\n:{...}",
             "worker 1 (/job:worker/replica:0/task:1)",
         ),
-        (  # the coordination service missed its heartbeats first (seen 1 run in 5)
+        (  # the coordination service missed its heartbeats first (once in five full suites)
             "Error reported from /job:worker/task:1: The following tasks are unhealthy (stopped"
             " sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed. Check"
             " the task logs for an earlier error to debug further.",
