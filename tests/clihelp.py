@@ -47,11 +47,11 @@ def stagegan(*args, cwd=ROOT, env=None, fresh=False):
     )
 
 
-def workers(*args, cwd, env=None, count=2):
+def start_workers(*args, cwd, env=None, count=2):
     """`stagegan train ARGS` as `count` multi-worker processes on 127.0.0.1, started as `launch
     --workers` starts them (its `TF_CONFIG` per process, `devices.strategy=multi_worker` unless
     they resume) but forked from tests/zygote.py's server; `launch` itself:
-    tests/test_multi_worker.py. The finished processes, chief first."""
+    tests/test_multi_worker.py. The running processes (`zygote.Process`), chief first."""
     from stagegan.cli.launch import free_ports, tf_config
 
     addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
@@ -59,7 +59,7 @@ def workers(*args, cwd, env=None, count=2):
     if "--resume" not in command:
         command += ["--set", "devices.strategy=multi_worker"]
     environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
-    processes = [
+    return [
         zygote.Process(
             command,
             cwd=cwd,
@@ -70,6 +70,11 @@ def workers(*args, cwd, env=None, count=2):
         )
         for index in range(count)
     ]
+
+
+def workers(*args, cwd, env=None, count=2):
+    """`start_workers`, finished: their `subprocess.CompletedProcess`es, chief first."""
+    processes = start_workers(*args, cwd=cwd, env=env, count=count)
     try:
         return [
             subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate())

@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 import yaml
 import zygote
-from clihelp import ROOT, stagegan, workers
+from clihelp import ROOT, stagegan, start_workers, workers
 from tensorflow import errors as tf_errors
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
 
 from stagegan.cli import launch as launch_module
 from stagegan.cli import main as cli
-from stagegan.cli.launch import free_ports, tf_config
 from stagegan.config.schema import parse_config
 from stagegan.run.reading import find_checkpoint
 from stagegan.training.trainer import Trainer
@@ -147,27 +146,8 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     raw = {**RAW, "stages": [{**ALL_KINDS[-1], "steps": 1_000_000}], "samples": None}
     raw["log"] = {"every": 50, "progress": "lines"}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
-    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
-    workers = []
-    for index in range(2):
-        env = {
-            **os.environ,
-            "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
-            "TF_CONFIG": tf_config(addresses, index),
-        }
-        args = ["train", "--config", "run.yaml", "--run-dir", str(tmp_path / "run")]
-        args += ["--set", "devices.strategy=multi_worker"]
-        workers.append(
-            zygote.Process(
-                [sys.executable, "-m", "stagegan", *args],
-                cwd=tmp_path,
-                env=env,
-                stdout=zygote.DEVNULL,
-                stderr=zygote.PIPE,
-                text=True,
-            )
-        )
-    chief, worker = workers
+    running = start_workers("--config", "run.yaml", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    chief, worker = running
     try:
         metrics = tmp_path / "run" / "metrics.jsonl"
         deadline = time.monotonic() + 120
@@ -179,7 +159,7 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
         _, stderr = chief.communicate(timeout=120)  # bounded: never a hang
         waited = time.monotonic() - killed
     finally:
-        for process in workers:
+        for process in running:
             if process.poll() is None:
                 process.kill()
                 process.communicate()
