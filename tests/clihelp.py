@@ -100,6 +100,43 @@ def inprocess(*args):
     return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
+def launch(*args, cwd, env=None):
+    """`stagegan launch ARGS` run in this process, in `cwd` with `env` added to the
+    environment, its processes forked from tests/zygote.py's server (`zygote.Popen`): real
+    processes on 127.0.0.1, as `launch` starts them, without a TensorFlow import each. The
+    launcher's own checks of its arguments: tests/test_multi_worker.py. Returns the status
+    and what the launcher and its processes wrote (`stdout`, `stderr`), as `stagegan()`."""
+    import contextlib
+    import tempfile
+    import types
+
+    import pytest
+
+    from stagegan.cli import launch as launch_module
+    from stagegan.cli import main as cli
+
+    streams = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in range(2)]
+    saved = [os.dup(1), os.dup(2)]
+    patched = types.SimpleNamespace(**{**vars(subprocess), "Popen": zygote.Popen})
+    try:
+        with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
+            patch.setattr(launch_module, "subprocess", patched)
+            for name, value in {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}.items():
+                patch.setenv(name, value)
+            patch.chdir(cwd)
+            stack.enter_context(contextlib.redirect_stdout(streams[0]))
+            stack.enter_context(contextlib.redirect_stderr(streams[1]))
+            for fd, stream in enumerate(streams, start=1):  # the chief writes to 1 and 2
+                os.dup2(stream.fileno(), fd)
+            status = cli.main(["launch", *map(str, args)])
+    finally:
+        for fd, copy in enumerate(saved, start=1):
+            os.dup2(copy, fd)
+            os.close(copy)
+    out, err = [(s.flush(), s.seek(0), s.read(), s.close())[2] for s in streams]
+    return types.SimpleNamespace(returncode=status, stdout=out, stderr=err)
+
+
 def assert_user_error(result, *words):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

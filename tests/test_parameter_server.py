@@ -11,11 +11,12 @@ import socket
 import sys
 import time
 
+import clihelp
 import numpy as np
 import pytest
 import yaml
 import zygote
-from clihelp import ROOT, stagegan
+from clihelp import ROOT
 from test_multi_worker import RAW, weights
 from test_training import reference_run
 from toytask import ALL_KINDS, max_diff, snapshot
@@ -41,9 +42,9 @@ def expected(initial):
 
 def launch(folder, raw, ps, workers, name="run"):
     (folder / f"{name}.yaml").write_text(yaml.safe_dump(raw))
-    args = ["launch", "--ps", str(ps), "--workers", str(workers)]
+    args = ["--ps", str(ps), "--workers", str(workers)]
     args += ["--config", f"{name}.yaml", "--run-dir", str(folder / name)]
-    return stagegan(*args, cwd=folder)
+    return clihelp.launch(*args, cwd=folder)
 
 
 ASYNCHRONOUS = {

@@ -56,3 +56,29 @@ def test_exit_statuses_and_signals_read_as_for_subprocess(tmp_path):
     assert sleeper.poll() is None
     sleeper.terminate()
     assert sleeper.wait(timeout=30) == -signal.SIGTERM
+
+
+STREAMED = """
+import os, sys, time
+print("first", flush=True)
+time.sleep(float(sys.argv[1]))
+print("second on stderr", os.getsid(0) == os.getpid(), file=sys.stderr)
+"""
+
+
+def test_popen_pipes_lines_as_written_as_launch_reads_them(tmp_path):
+    """`zygote.Popen`'s `stdout=PIPE, stderr=STDOUT` is a real pipe, read while the child
+    runs; `start_new_session` as for `subprocess.Popen`."""
+    options = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = [sys.executable, "-c", STREAMED, "60"]
+    child = zygote.Popen(args, **options, start_new_session=True)
+    assert child.stdout.readline() == "first\n"  # the child still sleeps
+    assert child.poll() is None
+    child.kill()
+    assert child.wait(timeout=30) == -signal.SIGKILL and child.stdout.read() == ""
+    args[-1] = "0"
+    fresh = subprocess.Popen(args, **options, start_new_session=True)
+    forked = zygote.Popen(args, **options, start_new_session=True)
+    assert list(forked.stdout) == list(fresh.stdout) == ["first\n", "second on stderr True\n"]
+    assert forked.wait(timeout=30) == fresh.wait(timeout=30) == 0
+    fresh.stdout.close()

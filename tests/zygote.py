@@ -14,11 +14,14 @@ The child is a real process: its own pid, environment, working directory, `sys.p
 `netns` its own network namespace (`setns`, as `ip netns exec` does); tests/test_zygote.py
 compares it with `subprocess`. What it does not have is a hash seed of its own (every child
 shares the server's), so processes that must be fresh interpreters keep `subprocess`: the
-processes `launch` starts, the exports loaded without stagegan, the wheel install and
-tests/test_cli.py's refused `python -m stagegan`.
+exports loaded without stagegan, the wheel install and tests/test_cli.py's refused
+`python -m stagegan`.
 
 `Process` and `run` take `subprocess.Popen`'s and `subprocess.run`'s arguments for
-`[sys.executable, "-m", module | "-c", code | script, *args]`.
+`[sys.executable, "-m", module | "-c", code | script, *args]`; `Popen` the arguments
+`stagegan.cli.launch` starts its processes with (a real pipe for their output, a session of
+their own), so that a launch run in the test's process starts its workers and servers here
+(`clihelp.launch`).
 """
 
 import atexit
@@ -81,10 +84,15 @@ class Process:
                 assert target is None, target
                 path = None
             paths.append(path)
+        self._start(cwd, env, paths, netns=netns)
+
+    def _start(self, cwd, env, streams, netns=None, new_session=False):
         environ = dict(os.environ if env is None else env)
         cwd = os.path.abspath(cwd or os.getcwd())
         self._process = _forkserver().Process(
-            target=_child, args=(self.args, cwd, environ, *paths, netns), daemon=True
+            target=_child,
+            args=(self.args, cwd, environ, *streams, netns, new_session),
+            daemon=True,
         )
         self._process.start()
         self.pid = self._process.pid
@@ -148,20 +156,62 @@ def run(args, cwd=None, env=None, capture_output=False, timeout=None, text=False
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-def _child(args, cwd, env, stdout, stderr, netns=None):
+class Popen(Process):
+    """`subprocess.Popen(args, env=, stdout=PIPE | None, stderr=STDOUT | None, text=True,
+    start_new_session=)` as `stagegan.cli.launch` starts its processes, forked from the warm
+    server: `stdout=PIPE` is a real pipe, read as it is written (`self.stdout`); None is this
+    process's own descriptor (where `sys.stdout` and `sys.stderr` are captured, what the
+    process writes is not)."""
+
+    def __init__(self, args, env=None, stdout=None, stderr=None, text=False,
+                 start_new_session=False):  # fmt: skip
+        assert args[0] == sys.executable and text, args
+        assert stdout in (None, PIPE) and stderr in (None, subprocess.STDOUT), (stdout, stderr)
+        self.args, self._text, self._pipes, self.stdout = [str(a) for a in args], text, {}, None
+        streams = [_Descriptor(1), _Descriptor(2)]
+        read = None
+        if stdout == PIPE:
+            read, write = os.pipe()
+            streams[0] = _Descriptor(write)
+        if stderr == subprocess.STDOUT:
+            streams[1] = streams[0]
+        try:
+            self._start(None, env, streams, new_session=start_new_session)
+        finally:
+            if read is not None:
+                os.close(write)
+        if read is not None:
+            self.stdout = os.fdopen(read, "r", encoding="utf-8", errors="replace")
+
+
+class _Descriptor:
+    """A file descriptor of this process, sent to the child as the forkserver sends them
+    (`DupFd` while the process is being started): the child receives its copy's number."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _received, (multiprocessing.reduction.DupFd(self.fd),)
+
+
+def _received(duplicate):
+    return duplicate.detach()
+
+
+def _child(args, cwd, env, stdout, stderr, netns=None, new_session=False):
     """In the forked process: become `args` run in `cwd` with `env` (in network namespace
-    `netns`, as `ip netns exec NETNS` runs a command), then exit as Python does."""
+    `netns`, as `ip netns exec NETNS` runs a command; with `new_session` in a session of its
+    own), then exit as Python does. `stdout`, `stderr`: a file to write (its path), a
+    descriptor sent by the parent (`_Descriptor`), or None (the server's)."""
     if netns is not None:
         _join_network_namespace(netns)
+    if new_session:
+        os.setsid()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    for stream, path in ((sys.stdout, stdout), (sys.stderr, stderr)):
-        if path is not None:
-            stream.flush()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(fd, stream.fileno())  # stderr: the descriptor stagegan's CLI writes to
-            os.close(fd)
+    _redirect(stdout, stderr)
     import zygote_warm
 
     mode, target, rest = args[1], args[2] if len(args) > 2 else None, args[3:]
@@ -200,6 +250,24 @@ def _child(args, cwd, env, stdout, stderr, netns=None):
         except (OSError, ValueError):
             pass
     os._exit(status & 0xFF)
+
+
+def _redirect(stdout, stderr):
+    """Point descriptors 1 and 2 at `stdout` and `stderr` (`_child`'s), where given."""
+    for stream, target in ((sys.stdout, stdout), (sys.stderr, stderr)):
+        if target is None:
+            continue
+        stream.flush()
+        # stderr: the descriptor stagegan's CLI writes to
+        if isinstance(target, str):
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, stream.fileno())
+            os.close(fd)
+        else:
+            os.dup2(target, stream.fileno())
+    for fd in {stdout, stderr}:
+        if isinstance(fd, int) and fd not in (1, 2):
+            os.close(fd)
 
 
 def _join_network_namespace(name):
