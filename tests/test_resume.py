@@ -15,7 +15,7 @@ import tensorflow as tf
 import yaml
 import zygote
 from clihelp import ROOT, TINY, stagegan
-from toytask import D, G, finished_run, read_checkpoint, toy_config
+from toytask import D, G, finished_run, read_checkpoint, toy_config, variable_key
 
 from stagegan.config.schema import load_config, parse_config, resumable_keys
 from stagegan.errors import ConfigError
@@ -291,6 +291,23 @@ def test_resume_restores_optimizer_slots_rngs_and_counters(toy_run):
     )
     moments = [v for v in trainer.optimizers["g"].variables if "momentum" in v.path]
     assert moments and any(np.abs(v.numpy()).sum() > 0 for v in moments)
+
+
+def test_a_run_restored_to_sample_holds_its_weights_and_no_optimizer_slots(toy_run):
+    """`restore_run` (sample, eval, export) reads the networks and leaves Adam's slots, twice
+    the networks' memory, unmade."""
+    from stagegan.run.reading import restore_run
+
+    trainer, path = restore_run(toy_run)
+    assert path.endswith("ckpt-00000007")
+    expected = tensors(path)
+    for variable in trainer.variables:
+        np.testing.assert_array_equal(variable.numpy(), expected[variable_key(variable.path)])
+    adam = trainer.optimizers["g"]
+    assert int(adam.iterations) == 4  # the joint stage's steps: what exists is read
+    assert len(adam.variables) == 2  # the step count and rate: no slots
+    slots = [key for key in expected if key.startswith("optimizer_g/_variables/")]
+    assert len(slots) == 2 * len(trainer.task.generator.trainable_variables)
 
 
 def test_truncated_latest_checkpoint_is_named_and_never_skipped_silently(toy_run, tmp_path):

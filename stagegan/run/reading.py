@@ -239,7 +239,9 @@ def restore_run(run_dir, checkpoint=None):
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised
             tf.config.experimental.set_memory_growth(gpu, True)
     recorded = read_clusters(run_dir, config.data)
-    trainer = Trainer(config, stage_ends(config.stages, entry), recorded_clusters=recorded)
+    trainer = Trainer(
+        config, stage_ends(config.stages, entry), recorded_clusters=recorded, optimizer_state=False
+    )
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()
     return trainer, path

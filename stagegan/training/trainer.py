@@ -81,6 +81,9 @@ class Trainer:
         until_state: the `until` checks' state at the checkpoint resumed from.
         recorded_clusters: the clusters the run found before (`data.labels: clusters`; read
             from its folder by `run.reading.read_clusters`), or None: a new run finds its own.
+        optimizer_state: False for a trainer that only samples or evaluates
+            (`run.reading.restore_run`): the optimizers hold no slots (Adam's two per weight,
+            twice the networks' memory), and a checkpoint read leaves theirs unread.
 
     Raises:
         ConfigError: an unknown task or loss term, a pattern that matches nothing, bad
@@ -88,7 +91,9 @@ class Trainer:
             simultaneous stage.
     """
 
-    def __init__(self, config, ends=None, until_state=None, recorded_clusters=None):
+    def __init__(
+        self, config, ends=None, until_state=None, recorded_clusters=None, optimizer_state=True
+    ):
         self.config = config
         self.until_state = until_state
         if config.deterministic:
@@ -109,7 +114,7 @@ class Trainer:
             strategy = self.placement.strategy if mirrored else None
             self.ema = Ema(config.ema, self.networks, self.placement.variables, strategy)
         self.schedule = Schedule(config.stages, ends)
-        self.updates = build_updates(config, model, self.placement)
+        self.updates = build_updates(config, model, self.placement, optimizer_state)
         check_metrics(config.stages, self.updates.plans)
         self.optimizers, self.loss_scales = self.updates.optimizers, self.updates.loss_scales
         self.augmenters = build_augmenters(config, self.task, self.placement)
@@ -372,10 +377,11 @@ def held_counts(config, task):
     return counts
 
 
-def build_updates(config, model, placement):
-    """Every update's variables, optimizer, guard and state, checked."""
+def build_updates(config, model, placement, optimizer_state=True):
+    """Every update's variables, optimizer (built on them with `optimizer_state`), guard and
+    state, checked."""
     selections = select_all(config, model)
-    optimizers = build_optimizers(config, selections, placement)
+    optimizers = build_optimizers(config, selections, placement, optimizer_state)
     with tf.device(placement.variables):
         loss_scales = {}
         if loss_scaled(config.devices.mixed_precision, model.precision):
@@ -484,8 +490,9 @@ def check_one_owner(update, chosen, owners):
         owners[variable.path] = update.key
 
 
-def build_optimizers(config, selections, placement):
-    """One optimizer per key, built on the union of the variables of the updates using it."""
+def build_optimizers(config, selections, placement, build=True):
+    """One optimizer per key, built (with `build`) on the union of the variables of the
+    updates using it."""
     users = {}
     for stage in config.stages:
         for update in stage.updates:
@@ -497,8 +504,9 @@ def build_optimizers(config, selections, placement):
         where = f"optimizers.{key}" if key in config.shared else f"{key}.optimizer"
         with placement.scope():
             optimizer = make_optimizer(spec, where, name=slug(key))
-            with tf.device(placement.variables):
-                optimizer.build(unique)
+            if build:
+                with tf.device(placement.variables):
+                    optimizer.build(unique)
         if placement.strategy is not None:
             own_gradient_reduction(optimizer)
         optimizers[key] = optimizer
