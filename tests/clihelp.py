@@ -1,6 +1,7 @@
 """Shared helpers of the CLI tests: a tiny run's overrides, a real `python -m stagegan`
 process, and the one-line-error check."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
+PYTHONPATH = f"{ROOT}:{ROOT / 'tests'}"  # stagegan and the tests' modules, in any process
 TINY = [
     "--set",
     "stages=three_phase",
@@ -36,7 +38,7 @@ TINY = [
 def stagegan(*args, cwd=ROOT, env=None, fresh=False):
     """`python -m stagegan ARGS` in a real process: forked from tests/zygote.py's server, which
     has TensorFlow imported already, or with `fresh` a new interpreter (`subprocess`)."""
-    environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
+    environ = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
     return (subprocess.run if fresh else zygote.run)(
         [sys.executable, "-m", "stagegan", *args],
         cwd=cwd,
@@ -58,7 +60,7 @@ def start_workers(*args, cwd, env=None, count=2):
     command = [sys.executable, "-m", "stagegan", "train", *map(str, args)]
     if "--resume" not in command:
         command += ["--set", "devices.strategy=multi_worker"]
-    environ = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}
+    environ = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
     return [
         zygote.Process(
             command,
@@ -88,7 +90,6 @@ def workers(*args, cwd, env=None, count=2):
 def inprocess(*args):
     """`stagegan ARGS` run in this process (no TensorFlow import to pay): where a test needs
     no fresh process, only the command's result."""
-    import contextlib
     import io
     import types
 
@@ -106,7 +107,6 @@ def launch(*args, cwd, env=None):
     processes on 127.0.0.1, as `launch` starts them, without a TensorFlow import each. The
     launcher's own checks of its arguments: tests/test_multi_worker.py. Returns the status
     and what the launcher and its processes wrote (`stdout`, `stderr`), as `stagegan()`."""
-    import contextlib
     import tempfile
     import types
 
@@ -115,26 +115,38 @@ def launch(*args, cwd, env=None):
     from stagegan.cli import launch as launch_module
     from stagegan.cli import main as cli
 
-    streams = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in range(2)]
-    saved = [os.dup(1), os.dup(2)]
     patched = types.SimpleNamespace(**{**vars(subprocess), "Popen": zygote.Popen})
-    try:
-        with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
-            patch.setattr(launch_module, "subprocess", patched)
-            for name, value in {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", **(env or {})}.items():
-                patch.setenv(name, value)
-            patch.chdir(cwd)
-            stack.enter_context(contextlib.redirect_stdout(streams[0]))
-            stack.enter_context(contextlib.redirect_stderr(streams[1]))
-            for fd, stream in enumerate(streams, start=1):  # the chief writes to 1 and 2
-                os.dup2(stream.fileno(), fd)
+    with contextlib.ExitStack() as stack:
+        streams = [
+            stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8")) for _ in range(2)
+        ]
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setattr(launch_module, "subprocess", patched)
+        for name, value in {"PYTHONPATH": PYTHONPATH, **(env or {})}.items():
+            patch.setenv(name, value)
+        patch.chdir(cwd)
+        with (
+            _descriptors_to(streams),  # the chief's: it writes to 1 and 2
+            contextlib.redirect_stdout(streams[0]),  # the launcher's own lines
+            contextlib.redirect_stderr(streams[1]),
+        ):
             status = cli.main(["launch", *map(str, args)])
+        out, err = [(s.flush(), s.seek(0), s.read())[2] for s in streams]
+    return types.SimpleNamespace(returncode=status, stdout=out, stderr=err)
+
+
+@contextlib.contextmanager
+def _descriptors_to(streams):
+    """Descriptors 1 and 2 pointed at the files `streams`, restored whatever happens."""
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        for fd, stream in enumerate(streams, start=1):
+            os.dup2(stream.fileno(), fd)
+        yield
     finally:
         for fd, copy in enumerate(saved, start=1):
             os.dup2(copy, fd)
             os.close(copy)
-    out, err = [(s.flush(), s.seek(0), s.read(), s.close())[2] for s in streams]
-    return types.SimpleNamespace(returncode=status, stdout=out, stderr=err)
 
 
 def assert_user_error(result, *words):

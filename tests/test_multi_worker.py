@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 import zygote
-from clihelp import ROOT, launch, start_workers, workers
+from clihelp import ROOT, stagegan, start_workers, workers
 from tensorflow import errors as tf_errors
 from test_training import BATCH, LR_D, LR_G, SEED, reference_run
 from toytask import ALL_KINDS, optimizers, read_checkpoint, snapshot, toy_config, variable_key
@@ -50,8 +50,10 @@ def launched(tmp_path_factory):
     (folder / "tmp").mkdir()
     run_dir = folder / "run"
     env = {"TMPDIR": str(folder / "tmp")}
-    args = ["--workers", "2", "--config", "run.yaml", "--run-dir", str(run_dir)]
-    result = launch(*args, cwd=folder, env=env)
+    # The launcher forked, its workers fresh interpreters (each its own hash seed): the one
+    # multi-worker run whose collectives are built by processes that share nothing.
+    args = ["launch", "--workers", "2", "--config", "run.yaml", "--run-dir", str(run_dir)]
+    result = stagegan(*args, cwd=folder, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     initial = snapshot(Trainer(parse_config(RAW)))  # the same seed builds the same weights
     return folder, run_dir, result, initial

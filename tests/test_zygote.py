@@ -76,9 +76,10 @@ def test_popen_pipes_lines_as_written_as_launch_reads_them(tmp_path):
     assert child.poll() is None
     child.kill()
     assert child.wait(timeout=30) == -signal.SIGKILL and child.stdout.read() == ""
+    child.stdout.close()
     args[-1] = "0"
     fresh = subprocess.Popen(args, **options, start_new_session=True)
     forked = zygote.Popen(args, **options, start_new_session=True)
     assert list(forked.stdout) == list(fresh.stdout) == ["first\n", "second on stderr True\n"]
     assert forked.wait(timeout=30) == fresh.wait(timeout=30) == 0
-    fresh.stdout.close()
+    fresh.stdout.close(), forked.stdout.close()

@@ -177,6 +177,10 @@ class Popen(Process):
             streams[1] = streams[0]
         try:
             self._start(None, env, streams, new_session=start_new_session)
+        except BaseException:
+            if read is not None:
+                os.close(read)
+            raise
         finally:
             if read is not None:
                 os.close(write)

@@ -216,7 +216,9 @@ def read_clusters(run_dir, data=None, key="--run"):
 
 
 def restore_run(run_dir, checkpoint=None):
-    """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`.
+    """Build the run's trainer and restore a checkpoint; returns `(trainer, path)`. The trainer
+    samples and evaluates (sample, eval, export, project): its optimizers hold no slots and
+    it does not train (`run.resume.plan_resume` and `restore` resume a run).
 
     Raises:
         ConfigError: no run folder, no or unknown checkpoint, an unreadable checkpoint.
