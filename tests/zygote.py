@@ -14,8 +14,9 @@ The child is a real process: its own pid, environment, working directory, `sys.p
 `netns` its own network namespace (`setns`, as `ip netns exec` does); tests/test_zygote.py
 compares it with `subprocess`. What it does not have is a hash seed of its own (every child
 shares the server's), so processes that must be fresh interpreters keep `subprocess`: the
-exports loaded without stagegan, the wheel install and tests/test_cli.py's refused
-`python -m stagegan`.
+exports loaded without stagegan, the wheel install, tests/test_cli.py's refused
+`python -m stagegan`, and the two workers of tests/test_multi_worker.py's launch (its one
+multi-worker run by processes with a hash seed each).
 
 `Process` and `run` take `subprocess.Popen`'s and `subprocess.run`'s arguments for
 `[sys.executable, "-m", module | "-c", code | script, *args]`; `Popen` the arguments
@@ -159,9 +160,9 @@ def run(args, cwd=None, env=None, capture_output=False, timeout=None, text=False
 class Popen(Process):
     """`subprocess.Popen(args, env=, stdout=PIPE | None, stderr=STDOUT | None, text=True,
     start_new_session=)` as `stagegan.cli.launch` starts its processes, forked from the warm
-    server: `stdout=PIPE` is a real pipe, read as it is written (`self.stdout`); None is this
-    process's own descriptor (where `sys.stdout` and `sys.stderr` are captured, what the
-    process writes is not)."""
+    server: `stdout=PIPE` is a real pipe, read as it is written (`self.stdout`); None gives
+    the child this process's descriptor 1 or 2 (not `sys.stdout`: what pytest captures there
+    the child cannot write to)."""
 
     def __init__(self, args, env=None, stdout=None, stderr=None, text=False,
                  start_new_session=False):  # fmt: skip
