@@ -39,24 +39,9 @@ tf.config.set_logical_device_configuration(
 # look at; runs in real `python -m stagegan` subprocesses keep them).
 tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
+from opstacks import skip_op_stacks  # noqa: E402
 
-def _skip_op_stack_traces():
-    """Test speed, not behaviour: graph ops are created without recording the Python stack
-    that created them (TensorFlow keeps it only for the "defined at" lines of its runtime
-    error messages). Walking a pytest stack for each of a step's thousands of ops was 4.5% of
-    the suite's CPU time; a heavy preset's step traces 15% faster. The `python -m stagegan`
-    subprocesses keep them."""
-    from tensorflow.python.framework import ops
-
-    create = getattr(ops._create_c_op, "__wrapped__", ops._create_c_op)
-    defaults = create.__defaults__
-    if create.__code__.co_varnames[5:6] != ("extract_traceback",) or defaults[-1] is not True:
-        return  # another TensorFlow: left as it is
-    create.__defaults__ = (*defaults[:-1], False)
-
-
-_skip_op_stack_traces()
-
+skip_op_stacks()
 
 # The slowest files first, so that two pytest-xdist workers (`--dist loadfile
 # --no-loadscope-reorder`) finish together: measured seconds on 2 cores, largest first
