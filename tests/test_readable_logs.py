@@ -13,6 +13,7 @@ from test_outputs import config
 from stagegan.core.schedule import Position, Schedule
 from stagegan.runfolder import pictures
 from stagegan.runfolder.logs import (
+    PLOT_TICKS,
     Progress,
     format_duration,
     format_rate,
@@ -187,3 +188,31 @@ def test_many_completion_rows_are_laid_out_in_columns():
     # A few rows keep the single column of rows.
     few = pictures.image_rows([rows[:8]] * 4)
     assert few.shape[:2] == (8 * tile - pictures.GAP, 4 * tile - pictures.GAP)
+
+
+def test_tick_labels_fit_the_figure_and_small_values_read_in_scientific_notation():
+    """A learning rate decaying from 2e-4 by a thousandth: its labels would be ten characters
+    (0.00019995), cut by the figure's left edge. Every drawn tick label stays inside the
+    figure, no axis draws more than `PLOT_TICKS` + 1 ticks, and the rate's labels times the
+    1e-4 above its axis are the tick values."""
+    records = [
+        {"step": s, "generator/learning_rate": 2e-4 * (1 - s / 5000), "generator/g_loss": 10.0 * s}
+        for s in range(1, 11)
+    ]
+    figure = loss_figure(records, [("polish", 0)], total_steps=10)
+    figure.canvas.draw()  # places the labels as the saved PNG has them
+    renderer = figure.canvas.get_renderer()
+    width, height = figure.canvas.get_width_height()
+    for axes in figure.axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            shown = [t for t in axis.get_major_ticks() if low <= t.get_loc() <= high]
+            assert 2 <= len(shown) <= PLOT_TICKS + 1
+            for tick in shown:
+                box = tick.label1.get_window_extent(renderer)
+                assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height
+    rate = next(a for a in figure.axes if a.get_title() == "generator/learning_rate")
+    assert rate.yaxis.get_offset_text().get_text() == "1e\u22124"
+    for tick in rate.yaxis.get_major_ticks():
+        value = float(tick.label1.get_text().replace("\u2212", "-"))
+        assert value * 1e-4 == pytest.approx(tick.get_loc(), abs=1e-12)

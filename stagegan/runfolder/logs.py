@@ -398,6 +398,7 @@ def loss_figure(records, stages, total_steps=None, ended=()):
                 axes.axvline(first, color="grey", linestyle="--", linewidth=0.8)
         axes.set_title(name, fontsize=9)
         axes.tick_params(labelsize=7)
+        compact_ticks(axes)
         axes.set_xlabel("global step", fontsize=7)
         axes.set_xlim(0, right)
         panels.append(axes)
@@ -406,6 +407,23 @@ def loss_figure(records, stages, total_steps=None, ended=()):
     for axes in panels:
         label_stages(axes, stages, renderer)
     return figure
+
+
+PLOT_TICKS = 5  # at most, per axis
+
+
+def compact_ticks(axes):
+    """At most `PLOT_TICKS` ticks a side, and y labels that fit the left margin: values below
+    1e-3 or from 1e4 in scientific notation (a learning rate of 0.0002 decaying by a
+    thousandth reads 1.9995 with a 1e-4 above the axis, not 0.00019995 cut by the edge), no
+    offset (a label is the value, not its difference from a shared constant)."""
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [1, 2, 2.5, 5, 10]  # round numbers, as matplotlib's default locator
+    axes.xaxis.set_major_locator(MaxNLocator(PLOT_TICKS, steps=steps, integer=True))
+    axes.yaxis.set_major_locator(MaxNLocator(PLOT_TICKS, steps=steps))
+    axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
+    axes.yaxis.get_offset_text().set_fontsize(7)
 
 
 # Inches around each panel: tick labels (7 pt, up to 8 characters) and the x label below, the
