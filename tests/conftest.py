@@ -39,6 +39,8 @@ tf.config.set_logical_device_configuration(
 # look at; runs in real `python -m stagegan` subprocesses keep them).
 tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
+# Test speed, not behaviour: graph ops are created without their Python stacks (see
+# tests/opstacks.py; the forked processes skip them too, fresh subprocesses keep them).
 from opstacks import skip_op_stacks  # noqa: E402
 
 skip_op_stacks()

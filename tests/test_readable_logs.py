@@ -190,13 +190,19 @@ def test_many_completion_rows_are_laid_out_in_columns():
     assert few.shape[:2] == (8 * tile - pictures.GAP, 4 * tile - pictures.GAP)
 
 
+def drawn_ticks(axis):
+    """The major ticks `axis` draws (inside its view)."""
+    low, high = sorted(axis.get_view_interval())
+    return [t for t in axis.get_major_ticks() if low <= t.get_loc() <= high]
+
+
 def test_tick_labels_fit_the_figure_and_small_values_read_in_scientific_notation():
-    """A learning rate decaying from 2e-4 by a thousandth: its labels would be ten characters
-    (0.00019995), cut by the figure's left edge. Every drawn tick label stays inside the
-    figure, no axis draws more than `PLOT_TICKS` + 1 ticks, and the rate's labels times the
-    1e-4 above its axis are the tick values."""
+    """A learning rate decaying from 2e-4 by a millionth a step: its labels would be eleven
+    characters (0.000199999), cut by the figure's left edge, or differences from an offset.
+    Every drawn tick label stays inside the figure, no axis draws more than `PLOT_TICKS`
+    ticks, and the rate's labels times the 1e-4 above its axis are the tick values."""
     records = [
-        {"step": s, "generator/learning_rate": 2e-4 * (1 - s / 5000), "generator/g_loss": 10.0 * s}
+        {"step": s, "generator/learning_rate": 2e-4 * (1 - s / 1e6), "generator/g_loss": 10.0 * s}
         for s in range(1, 11)
     ]
     figure = loss_figure(records, [("polish", 0)], total_steps=10)
@@ -205,14 +211,18 @@ def test_tick_labels_fit_the_figure_and_small_values_read_in_scientific_notation
     width, height = figure.canvas.get_width_height()
     for axes in figure.axes:
         for axis in (axes.xaxis, axes.yaxis):
-            low, high = sorted(axis.get_view_interval())
-            shown = [t for t in axis.get_major_ticks() if low <= t.get_loc() <= high]
-            assert 2 <= len(shown) <= PLOT_TICKS + 1
+            shown = drawn_ticks(axis)
+            assert 2 <= len(shown) <= PLOT_TICKS
             for tick in shown:
                 box = tick.label1.get_window_extent(renderer)
                 assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height
     rate = next(a for a in figure.axes if a.get_title() == "generator/learning_rate")
-    assert rate.yaxis.get_offset_text().get_text() == "1e\u22124"
-    for tick in rate.yaxis.get_major_ticks():
-        value = float(tick.label1.get_text().replace("\u2212", "-"))
+    minus = lambda text: text.replace("\u2212", "-")  # matplotlib's minus sign
+    assert minus(rate.yaxis.get_offset_text().get_text()) == "1e-4"
+    for tick in drawn_ticks(rate.yaxis):
+        value = float(minus(tick.label1.get_text()))
         assert value * 1e-4 == pytest.approx(tick.get_loc(), abs=1e-12)
+    # A run of 2 steps: whole steps on the x axis, not 0.5.
+    short = loss_figure(records[:2], [("polish", 0)], total_steps=2)
+    short.canvas.draw()
+    assert [t.get_loc() for t in drawn_ticks(short.axes[0].xaxis)] == [0, 1, 2]

@@ -6,7 +6,8 @@ chiefs). Here they are forked from a server that has already imported them, with
 `multiprocessing` forkserver and its preload (`zygote_warm`): the server imports TensorFlow as
 `stagegan`'s CLI does (`import_tensorflow`, which also sends native logs to /dev/null) and every
 module of `stagegan`, and initialises nothing (no eager context, no thread pool, no gRPC), so a
-fork of it is what a fresh `python -m stagegan` is right after its imports.
+fork of it is what a fresh `python -m stagegan` is right after its imports, but for one test
+speed setting: graph ops are created without their Python stacks (tests/opstacks.py).
 
 The child is a real process: its own pid, environment, working directory, `sys.path` (as
 `PYTHONPATH` and the script's folder make it), stdout and stderr, exit status and signals

@@ -14,7 +14,7 @@ SITE_PATH = [p for p in sys.path if p.startswith((sys.prefix, sys.base_prefix))]
 
 import_tensorflow()
 
-from opstacks import skip_op_stacks  # noqa: E402 - after TensorFlow, as the CLI imports it
+from opstacks import skip_op_stacks  # noqa: E402 - after import_tensorflow(): it imports TF
 
 skip_op_stacks()  # test speed, not behaviour: see tests/opstacks.py
 

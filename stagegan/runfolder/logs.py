@@ -413,16 +413,20 @@ PLOT_TICKS = 5  # at most, per axis
 
 
 def compact_ticks(axes):
-    """At most `PLOT_TICKS` ticks a side, and y labels that fit the left margin: values below
-    1e-3 or from 1e4 in scientific notation (a learning rate of 0.0002 decaying by a
-    thousandth reads 1.9995 with a 1e-4 above the axis, not 0.00019995 cut by the edge), no
-    offset (a label is the value, not its difference from a shared constant)."""
-    from matplotlib.ticker import MaxNLocator
+    """At most `PLOT_TICKS` ticks a side (whole steps on x), and y labels that fit the left
+    margin: an axis whose largest tick is below 0.01 or from 1e4 in scientific notation (a
+    learning rate decaying from 0.0002 to 0.0001996 reads 1.999 to 1.996 under a 1e-4, not
+    0.0001999 cut by the figure's edge), and no offset: a label is its value, not its
+    difference from a constant shared by the axis. A nearly flat curve between 1,000 and
+    10,000 may read 1234.5 (as wide as the margin allows)."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
     steps = [1, 2, 2.5, 5, 10]  # round numbers, as matplotlib's default locator
-    axes.xaxis.set_major_locator(MaxNLocator(PLOT_TICKS, steps=steps, integer=True))
-    axes.yaxis.set_major_locator(MaxNLocator(PLOT_TICKS, steps=steps))
-    axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
+    bins = PLOT_TICKS - 1  # MaxNLocator's bins: one tick more than intervals
+    axes.xaxis.set_major_locator(MaxNLocator(bins, steps=steps, integer=True))
+    axes.yaxis.set_major_locator(MaxNLocator(bins, steps=steps))
+    axes.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
+    axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     axes.yaxis.get_offset_text().set_fontsize(7)
 
 
