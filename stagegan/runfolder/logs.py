@@ -409,11 +409,11 @@ def loss_figure(records, stages, total_steps=None, ended=()):
     return figure
 
 
-PLOT_TICKS = 5  # at most, per axis
+PLOT_TICKS = 6  # at most, per axis (and at least 3)
 
 
 def compact_ticks(axes):
-    """At most `PLOT_TICKS` ticks a side (whole steps on x), and y labels that fit the left
+    """3 to `PLOT_TICKS` ticks a side (whole steps on x), and y labels that fit the left
     margin: an axis whose largest tick is below 0.01 or from 1e4 in scientific notation (a
     learning rate decaying from 0.0002 to 0.0001996 reads 1.999 to 1.996 under a 1e-4, not
     0.0001999 cut by the figure's edge), and no offset: a label is its value, not its
@@ -423,8 +423,8 @@ def compact_ticks(axes):
 
     steps = [1, 2, 2.5, 5, 10]  # round numbers, as matplotlib's default locator
     bins = PLOT_TICKS - 1  # MaxNLocator's bins: one tick more than intervals
-    axes.xaxis.set_major_locator(MaxNLocator(bins, steps=steps, integer=True))
-    axes.yaxis.set_major_locator(MaxNLocator(bins, steps=steps))
+    axes.xaxis.set_major_locator(MaxNLocator(bins, steps=steps, integer=True, min_n_ticks=3))
+    axes.yaxis.set_major_locator(MaxNLocator(bins, steps=steps, min_n_ticks=3))
     axes.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
     axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     axes.yaxis.get_offset_text().set_fontsize(7)
