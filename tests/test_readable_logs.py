@@ -6,6 +6,7 @@ import io
 import json
 import math
 
+import matplotlib
 import numpy as np
 import pytest
 from test_outputs import config
@@ -197,16 +198,20 @@ def drawn_ticks(axis):
 
 
 def test_tick_labels_fit_the_figure_and_small_values_read_in_scientific_notation():
-    """A learning rate decaying from 2e-4 by a millionth a step: its labels would be eleven
-    characters (0.000199999), cut by the figure's left edge, or differences from an offset.
+    """A learning rate decaying from 2e-4 by a millionth a step: its labels would be twelve
+    characters (0.0001999975), cut by the figure's left edge, or differences from an offset.
     Every drawn tick label stays inside the figure, every axis draws 3 to `PLOT_TICKS`
     ticks, and the rate's labels times the 1e-4 above its axis are the tick values."""
     records = [
         {"step": s, "generator/learning_rate": 2e-4 * (1 - s / 1e6), "generator/g_loss": 10.0 * s}
         for s in range(1, 11)
     ]
-    figure = loss_figure(records, [("polish", 0)], total_steps=10)
-    figure.canvas.draw()  # places the labels as the saved PNG has them
+    # matplotlib's defaults, whatever a matplotlibrc says (mathtext or a locale's decimal comma
+    # would change the labels' text, not what the plot shows)
+    defaults = {"axes.formatter.use_mathtext": False, "axes.formatter.use_locale": False}
+    with matplotlib.rc_context(defaults):
+        figure = loss_figure(records, [("polish", 0)], total_steps=10)
+        figure.canvas.draw()  # places the labels as the saved PNG has them
     renderer = figure.canvas.get_renderer()
     width, height = figure.canvas.get_width_height()
     for axes in figure.axes:
@@ -222,7 +227,8 @@ def test_tick_labels_fit_the_figure_and_small_values_read_in_scientific_notation
     for tick in drawn_ticks(rate.yaxis):
         value = float(minus(tick.label1.get_text()))
         assert value * 1e-4 == pytest.approx(tick.get_loc(), abs=1e-12)
-    # A run of 2 steps: whole steps on the x axis, not 0.5.
-    short = loss_figure(records[:2], [("polish", 0)], total_steps=2)
-    short.canvas.draw()
-    assert [t.get_loc() for t in drawn_ticks(short.axes[0].xaxis)] == [0, 1, 2]
+    # Runs of 2 steps and of 1: whole steps on the x axis, not 0.5 or 0.2.
+    for steps in (2, 1):
+        short = loss_figure(records[:steps], [("polish", 0)], total_steps=steps)
+        short.canvas.draw()
+        assert [t.get_loc() for t in drawn_ticks(short.axes[0].xaxis)] == list(range(steps + 1))

@@ -409,21 +409,22 @@ def loss_figure(records, stages, total_steps=None, ended=()):
     return figure
 
 
-PLOT_TICKS = 6  # at most, per axis (and at least 3)
+PLOT_TICKS = 6  # at most, per axis (and at least 3 on y, 2 on x)
 
 
 def compact_ticks(axes):
-    """3 to `PLOT_TICKS` ticks a side (whole steps on x), and y labels that fit the left
-    margin: an axis whose largest tick is below 0.01 or from 1e4 in scientific notation (a
-    learning rate decaying from 0.0002 to 0.0001996 reads 1.999 to 1.996 under a 1e-4, not
-    0.0001999 cut by the figure's edge), and no offset: a label is its value, not its
-    difference from a constant shared by the axis. A nearly flat curve between 1,000 and
-    10,000 may read 1234.5 (as wide as the margin allows)."""
+    """Up to `PLOT_TICKS` ticks a side (at least 3 on y; whole steps on x, so a 1-step run has
+    2), and y labels that fit the left margin: an axis whose largest tick in magnitude is
+    below 0.01 or from 1e4 in scientific notation (a learning rate decaying from 0.0002 to
+    0.0001996 reads 1.999 to 1.996 under a 1e-4, not 0.0001999 cut by the figure's edge),
+    and no offset: a label is its value, not its difference from a constant shared by the
+    axis. A nearly flat curve elsewhere may still need many digits (0.01999980 for a rate of
+    0.02 decaying by a millionth a step), as wide as the margin allows or wider."""
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
     steps = [1, 2, 2.5, 5, 10]  # round numbers, as matplotlib's default locator
     bins = PLOT_TICKS - 1  # MaxNLocator's bins: one tick more than intervals
-    axes.xaxis.set_major_locator(MaxNLocator(bins, steps=steps, integer=True, min_n_ticks=3))
+    axes.xaxis.set_major_locator(MaxNLocator(bins, steps=steps, integer=True, min_n_ticks=2))
     axes.yaxis.set_major_locator(MaxNLocator(bins, steps=steps, min_n_ticks=3))
     axes.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
     axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
