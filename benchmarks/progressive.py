@@ -14,7 +14,9 @@ optimizers; only the stages differ):
 Both hold out `--holdout` of the folder and are scored as `colour.py` scores its arms
 (`eval --features selfsup --memorisation`, and px_fd on 8x8-pooled pixels), against the
 held-out images. `--set KEY=VALUE` applies to both arms (e.g. data.size=64 with the stages
-fade64 and r64 appended by `--to 64`; `--to 16` cuts the stages above 16 px). One JSON row
+fade64 and r64 appended by `--to 64`; `--to 16` cuts the stages above 16 px); `--steps
+400,300,...` gives each stage of that schedule its length (the 64 px comparison of
+docs/recipes.md: `--to 64 --steps 400,300,300,300,300,300,300,300,300`). One JSON row
 per run. `--against batches` compares the progressive arm with the same stages drawing twice
 the batch below the final resolution for half their steps (`stages[i].batch_size`).
 """
@@ -81,6 +83,7 @@ def main():
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--to", type=int, default=32, help="the final resolution")
+    parser.add_argument("--steps", help="N,N,...: each stage's steps, in order")
     parser.add_argument("--holdout", type=float, default=0.15)
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--out", type=Path, default=Path("runs/progressive"))
@@ -97,6 +100,14 @@ def main():
     args.out, args.folder = args.out.resolve(), args.folder.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     stages = preset(args.to)
+    if args.steps:
+        lengths = [int(n) for n in args.steps.split(",")]
+        if len(lengths) != len(stages):
+            parser.error(
+                f"--steps: {len(stages)} stages ({', '.join(s['name'] for s in stages)}), "
+                f"{len(lengths)} lengths given"
+            )
+        stages = [{**s, "steps": n} for s, n in zip(stages, lengths, strict=True)]
     if args.against == "batches":
         batch = yaml.safe_load((ROOT / "configs/pggan_folder.yaml").read_text())["batch_size"]
         for seed in map(int, args.seeds.split(",")):

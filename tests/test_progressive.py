@@ -5,6 +5,7 @@ stages, and towers, mirrored replicas and two worker processes against one devic
 the stages' own batch sizes (`stages[i].batch_size`)."""
 
 import copy
+import dataclasses
 import json
 import shutil
 
@@ -16,7 +17,8 @@ from clihelp import assert_user_error, inprocess
 from test_run_control import assert_same_checkpoints
 from toytask import finished_run, run_steps, snapshot
 
-from stagegan.config.schema import parse_config
+from stagegan.config.schema import load_config, parse_config
+from stagegan.errors import ConfigError
 from stagegan.run.reading import find_checkpoint
 from stagegan.tasks import progressive
 from stagegan.training.trainer import Trainer
@@ -240,6 +242,29 @@ def test_bad_progressive_settings_are_one_line(change, key, tmp_path):
     result = inprocess("plan", "--config", path)
     assert_user_error(result, key)
     assert result.stderr.startswith(f"stagegan: error: {key}"), result.stderr
+
+
+def test_the_64px_schedule_is_the_measured_one_on_the_presets_updates():
+    """stages/progressive64.yaml, the schedule docs/recipes.md measured at 64 px
+    (`benchmarks/progressive.py --to 64 --steps 400,300,...`): 4 px for 400 steps, then a
+    transition and a stage of 300 per doubling, on pggan_folder's updates and optimizers."""
+    config = load_config("pggan_folder", ["data.size=64", "stages=progressive64"])
+    got = [(s.name, s.steps, s.resolution, s.fade_in) for s in config.stages]
+    assert got == [
+        ("r4", 400, 4, False),
+        ("fade8", 300, 8, True), ("r8", 300, 8, False),
+        ("fade16", 300, 16, True), ("r16", 300, 16, False),
+        ("fade32", 300, 32, True), ("r32", 300, 32, False),
+        ("fade64", 300, 64, True), ("r64", 300, 64, False),
+    ]  # fmt: skip
+    preset = load_config("pggan_folder")
+    unkeyed = lambda stage: [dataclasses.replace(u, key=None) for u in stage.updates]
+    for stage in config.stages:
+        assert unkeyed(stage) == unkeyed(preset.stages[0])
+    assert config.optimizers == preset.optimizers
+    progressive.check_stages(config.stages, 64)
+    with pytest.raises(ConfigError, match="resolution"):  # a 32 px run has no 64 px blocks
+        progressive.check_stages(load_config("pggan_folder", ["stages=progressive64"]).stages, 32)
 
 
 def test_export_serves_the_generator_at_its_resolution_and_refuses_keras(full_run, tmp_path):
