@@ -28,11 +28,26 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
+import yaml
+from common import ROOT, stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
 
 METRICS = ("fid", "kid", "precision", "recall", "density", "coverage", "c2st",
            "memorisation/copies", "memorisation/held_out_copies", "memorisation/memorised",
            "memorisation/memorised_chance", "memorisation/nearest_ratio")  # fmt: skip
+
+
+def decaying(config):
+    """The indices of the polish stage's updates whose learning rate is a schedule with its
+    own length (`configs/<config>.yaml` or the file `config`)."""
+    path = Path(config) if config.endswith(".yaml") else ROOT / "configs" / f"{config}.yaml"
+    updates = yaml.safe_load(path.read_text())["stages"][1]["updates"]
+    found = []
+    for i, update in enumerate(updates):
+        optimizer = update.get("optimizer")
+        rate = optimizer.get("learning_rate") if isinstance(optimizer, dict) else None
+        if isinstance(rate, dict) and "steps" in rate:
+            found.append(i)
+    return found
 
 
 def train(args, run, config, sets, steps, seed):
@@ -42,6 +57,11 @@ def train(args, run, config, sets, steps, seed):
         f"seed={seed}", f"stages[0].steps={first}", f"stages[1].steps={steps - first}",
         f"samples.every={max(1, steps // 4)}", f"checkpoint.every={steps}", *sets,
     ]  # fmt: skip
+    # The polish's rates decay to 0 over the polish as this arm's budget sets it (the
+    # preset's schedule is 1,500 steps long; before this, a longer polish trained on at rate 0
+    # and a shorter one stopped before its rate reached 0).
+    overrides += [f"stages[1].updates[{i}].optimizer.learning_rate.steps={steps - first}"
+                  for i in decaying(config)]  # fmt: skip
     command = ["train", "--config", config, "--run-dir", str(run)]
     for item in overrides:
         command += ["--set", item]

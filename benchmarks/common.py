@@ -94,9 +94,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def stagegan(*args):
-    """Run `python -m stagegan ARGS` from the repository root; its stdout, or exit with its
-    stderr when it fails."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    """Run `python -m stagegan ARGS` from the repository root, with benchmarks/ on the import
+    path (a run whose config names a benchmark's module, `task: fastgan:FastGAN`, is then
+    evaluated and sampled too); its stdout, or exit with its stderr when it fails."""
+    path = os.pathsep.join(p for p in (str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": path}
     result = subprocess.run(
         [sys.executable, "-m", "stagegan", *args],
         cwd=ROOT,

@@ -15,21 +15,28 @@ What it keeps of the reference:
     with swish and sigmoid, gates the channels of a map two doublings up), conv 3x3 + tanh;
   * discriminator: down blocks averaging a strided path (conv 4x4 s2, BN, leaky ReLU, conv
     3x3, BN, leaky ReLU) with a pooled one (average pool, conv 1x1, BN, leaky ReLU),
-    skip-layer excitation from high to low resolution, spectral norm on every conv;
+    skip-layer excitation from high to low resolution, spectral norm on its convs;
   * the self-supervised reconstruction: on real images, two decoders rebuild the image from
     the 8x8 features and one quadrant of the image from the matching quadrant of the 16x16
     features; the loss term `recon` (the discriminator's updates weigh it) is their L1.
-Departures (CPU-sized): channel widths from `model.width` as DCGAN's (w/2 at the top side,
-doubling per halving, at most 8w); excitation 4->16 and 8->32 (the reference starts at 64
-px: 4->64, 8->128); no noise injection; no second, small-image discriminator branch; L1
-instead of LPIPS (no pretrained network offline); one logit (flattened 4x4 features, with
-stagegan's projection head when conditional) instead of a 5x5 patch map.
+Departures (CPU-sized, or not yet tried): channel widths from `model.width` as DCGAN's (w/2
+at the top side, doubling per halving, at most 8w); excitation over two doublings (generator
+4->16, 8->32, 16->64; discriminator 32->8, 16->4; the reference spans four in the generator,
+4->64, and three in the discriminator); spectral norm on the discriminator's convs only (not
+the generator's, nor its decoders', which the reference also normalises); Glorot
+initialisation; biases where the reference has none (excitation, from_rgb, to_rgb); no
+noise injection; no second, small-image discriminator branch; L1 instead of LPIPS (no
+pretrained network offline); stagegan's hinge (the reference's draws a random margin in
+[0.8, 1]); one logit (flattened 4x4 features, with stagegan's projection head when
+conditional) instead of a 5x5 patch map. The reconstruction reads the features of the
+discriminator's own pass over the real images (one pass, as the reference's `train_d`).
 """
 
 import keras
 import tensorflow as tf
 
 from stagegan.core.layers import conv2d, dense
+from stagegan.errors import ConfigError
 from stagegan.tasks.unconditional import Unconditional
 
 
@@ -128,8 +135,8 @@ class Discriminator(keras.Model):
         `quadrant` [B] (0..3: top left, top right, bottom left, bottom right) rebuilt from the
         same quadrant of the 16x16 features."""
         _, f8, f16 = self.body(inputs, training=training)
-        return self.whole(f8, training=training), self.part(quadrants(f16, quadrant),
-                                                            training=training)  # fmt: skip
+        part = self.part(quadrants(f16, quadrant), training=training)
+        return self.whole(f8, training=training), part
 
 
 def quadrants(images, quadrant):
@@ -185,16 +192,42 @@ class FastGAN(Unconditional):
     name = "fastgan"
     loss_terms = (*Unconditional.loss_terms, "recon")
 
+    def __init__(self, options, rngs):
+        super().__init__(options, rngs)
+        if self.size not in (32, 64):
+            raise ConfigError(
+                "data.size", f"the FastGAN prototype draws 32 or 64 px. Received: {self.size}"
+            )
+
     def losses(self, batch, terms):
-        out = super().losses(batch, [t for t in terms if t != "recon"])
+        # The discriminator's passes are recorded: the first, when d_loss is asked, is the one
+        # over the (augmented) real images (`adversarial_losses` scores the reals first), and
+        # its 8x8 and 16x16 features feed the decoders without a second pass.
+        network, calls = self.discriminator, []
+
+        def recording(inputs, training=False):
+            logit, f8, f16 = network.body(inputs, training=training)
+            calls.append((inputs, f8, f16))
+            return logit
+
+        self.discriminator = recording
+        try:
+            out = super().losses(batch, [t for t in terms if t != "recon"])
+        finally:
+            self.discriminator = network
         if "recon" in terms:
-            x = batch["x"]
-            seen = self.context.augment(x, batch, "real", 1)
+            if "d_loss" in terms:
+                inputs, f8, f16 = calls[0]
+            else:
+                inputs = self.context.augment(batch["x"], batch, "real", 1)
+                if self.conditional:
+                    inputs = [inputs, tf.reshape(batch["y"], [-1, 1])]
+                _, f8, f16 = network.body(inputs, training=True)
+            seen = inputs[0] if self.conditional else inputs
             quadrant = tf.minimum(tf.cast(batch["epsilon"] * 4, tf.int32), 3)
-            inputs = [seen, tf.reshape(batch["y"], [-1, 1])] if self.conditional else seen
-            whole, part = self.discriminator.reconstruct(inputs, quadrant)
-            target = quadrants(seen, quadrant)
+            whole = network.whole(f8, training=True)
+            part = network.part(quadrants(f16, quadrant), training=True)
             out["recon"] = tf.reduce_mean(tf.abs(tf.cast(whole, tf.float32) - seen)) + (
-                tf.reduce_mean(tf.abs(tf.cast(part, tf.float32) - target))
+                tf.reduce_mean(tf.abs(tf.cast(part, tf.float32) - quadrants(seen, quadrant)))
             )
         return out

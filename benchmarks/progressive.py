@@ -7,7 +7,8 @@ step, at equal wall-clock, on a small colour folder, several seeds.
 Arms (both `configs/pggan_folder.yaml`: the same networks, loss, augmentation, EMA and
 optimizers; only the stages differ):
   * `progressive`: the preset's stages as shipped (4 px, then a transition and a stage per
-    doubling up to data.size); its training is timed, start-up included;
+    doubling up to data.size; `--steps` sets their lengths); its training is timed, start-up
+    included;
   * `full`: one stage at data.size, given the steps that fill the progressive run's time on
     this machine (its start-up and seconds per step measured first, from a 50- and a 250-step
     run, as `colour.py` does).
@@ -101,7 +102,12 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     stages = preset(args.to)
     if args.steps:
-        lengths = [int(n) for n in args.steps.split(",")]
+        try:
+            lengths = [int(n) for n in args.steps.split(",")]
+        except ValueError:
+            parser.error(f"--steps: whole numbers separated by commas. Received: {args.steps!r}")
+        if min(lengths) < 1:
+            parser.error(f"--steps: every stage needs at least 1 step. Received: {args.steps!r}")
         if len(lengths) != len(stages):
             parser.error(
                 f"--steps: {len(stages)} stages ({', '.join(s['name'] for s in stages)}), "
