@@ -38,8 +38,13 @@ METRICS = ("fid", "kid", "precision", "recall", "density", "coverage", "c2st",
 
 def decaying(config):
     """The indices of the polish stage's updates whose learning rate is a schedule with its
-    own length (`configs/<config>.yaml` or the file `config`)."""
-    path = Path(config) if config.endswith(".yaml") else ROOT / "configs" / f"{config}.yaml"
+    own length (`configs/<config>.yaml`, or the file `config`, relative to the repository root
+    where the runs start). Read from the file as written: an arm's `;KEY=VALUE` sets that
+    replace the polish's optimizers are not seen."""
+    if config.endswith(".yaml"):
+        path = Path(config) if Path(config).is_absolute() else ROOT / config
+    else:
+        path = ROOT / "configs" / f"{config}.yaml"
     updates = yaml.safe_load(path.read_text())["stages"][1]["updates"]
     found = []
     for i, update in enumerate(updates):

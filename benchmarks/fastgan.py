@@ -202,7 +202,9 @@ class FastGAN(Unconditional):
     def losses(self, batch, terms):
         # The discriminator's passes are recorded: the first, when d_loss is asked, is the one
         # over the (augmented) real images (`adversarial_losses` scores the reals first), and
-        # its 8x8 and 16x16 features feed the decoders without a second pass.
+        # its 8x8 and 16x16 features feed the decoders without a second pass. This leans on
+        # `stagegan.tasks.base.adversarial_losses` scoring the packed reals (pack 1: the
+        # augmented reals themselves) before anything else; a change there breaks it.
         network, calls = self.discriminator, []
 
         def recording(inputs, training=False):
