@@ -121,7 +121,8 @@ def _down(h, channels, name):
 
 class Discriminator(keras.Model):
     """The FastGAN discriminator: `call` gives the logit (what stagegan's losses read);
-    `reconstruct` also rebuilds real images from its features (the `recon` term)."""
+    `reconstruct` runs the body and both decoders (it builds them at construction; the `recon`
+    term reuses the body's features from the pass over the reals instead, `FastGAN.losses`)."""
 
     def __init__(self, body, whole, part, **kwargs):
         super().__init__(**kwargs)
