@@ -232,10 +232,11 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
     block[12:24, 20:32] = 200  # rows and columns 4-7 after the fit (the crop drops 8 columns)
     for name, mask in (("0", left), ("1", block)):
         (holes / f"{name}.png").write_bytes(tf.io.encode_png(mask).numpy())
-    command = ["sample", "--run", str(completion), "--num", "5", "--input", str(images)]
+    command = ["sample", "--run", str(completion), "--input", str(images)]  # no --num: all
     result = inprocess(*command, "--masks", str(holes), "--output", str(tmp_path / "m.npy"))
     assert result.returncode == 0, result.stderr
     out = np.load(tmp_path / "m.npy")
+    assert out.shape == (2, 16, 16, 3)
     hole = np.zeros((2, 16, 16), bool)
     hole[0, :, :8], hole[1, 4:8, 4:8] = True, True
     same = np.isclose(out, mine / 255.0, atol=1e-5).all(axis=-1)
@@ -246,6 +247,8 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
     alone = ["sample", "--run", str(completion), "--num", "2", "--masks", str(holes)]
     result = inprocess(*alone, "--output", str(tmp_path / "n.npy"))
     assert_user_error(result, "--masks: pairs masks with your images: give --input DIR too")
+    result = inprocess("sample", "--run", str(completion), "--output", str(tmp_path / "n.npy"))
+    assert_user_error(result, "--num: how many samples? Give --num N")
     assert not (tmp_path / "n.npy").exists()
 
 

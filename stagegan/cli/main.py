@@ -172,7 +172,11 @@ def build_parser():
 
     sample = commands.add_parser("sample", help="write samples from a run's checkpoint")
     run_arguments(sample)
-    sample.add_argument("--num", type=int, required=True, help="how many samples")
+    sample.add_argument(
+        "--num",
+        type=int,
+        help="how many samples; with --input, at most this many of your images (default: all)",
+    )
     sample.add_argument(
         "--output",
         required=True,
@@ -560,7 +564,13 @@ def cmd_sample(args):
         write_samples,
     )
 
-    if args.num < 1:
+    if args.num is None and args.input is None:
+        raise ConfigError(
+            "--num",
+            "how many samples? Give --num N (only --input DIR may go "
+            "without it: then every image there is completed)",
+        )
+    if args.num is not None and args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
     check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)

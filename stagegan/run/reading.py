@@ -249,16 +249,22 @@ def restore_run(run_dir, checkpoint=None):
     return trainer, path
 
 
-def user_images(task, folder, num):
-    """`(images, names)`: up to `num` of the user's images from `folder`, fitted to the run's
-    size, in [-1, 1], and their file names without extensions."""
+def user_files(task, folder):
+    """`(files, options)`: the image files of the user's `folder` as the folder source lists
+    them, and the source options that fit them to the run's images."""
     from stagegan.data.sources import list_folder
 
     options = {**task.data, "source": "folder", "path": folder, "labels": None}
     try:
-        files = list_folder(options).files
+        return list_folder(options).files, options
     except ConfigError as e:
         raise ConfigError("--input", e.message) from None
+
+
+def user_images(task, folder, num=None):
+    """`(images, names)`: up to `num` (None: all) of the user's images from `folder`, fitted
+    to the run's size, in [-1, 1], and their file names without extensions."""
+    files, options = user_files(task, folder)
     images, ok = readable_images(files[:num], options, folder)
     names = [os.path.splitext(os.path.basename(str(f)))[0] for f in np.asarray(files[:num])[ok]]
     return images.astype(np.float32) / 127.5 - 1.0, names
@@ -295,10 +301,11 @@ def readable_images(files, options, folder, key="--input"):
 
 
 def write_samples(trainer, output, num, seed=0, **options):
-    """Write `num` samples to `output`: `.npy` (the task's export: images in [0, 1], or
-    points), `.png` (the task's picture) or, for a walk (`interpolate`), `.gif` (the images
-    as an animation). Returns a one-line description. `options` are `sample_arrays`'s (ema,
-    input_dir, batch_size, class_name, truncation, interpolate).
+    """Write `num` samples (None with `input_dir`: one per image there) to `output`: `.npy`
+    (the task's export: images in [0, 1], or points), `.png` (the task's picture) or, for a
+    walk (`interpolate`), `.gif` (the images as an animation). Returns a one-line
+    description. `options` are `sample_arrays`'s (ema, input_dir, batch_size, class_name,
+    truncation, interpolate).
 
     Raises:
         ConfigError: an existing or unsupported output file, `--input` for a task that
@@ -367,8 +374,8 @@ def sample_arrays(
     interpolate=None,
 ):
     """`(inputs, outputs, info, ema used)` of `num` samples from inputs drawn with `seed`
-    (or made from the images in `input_dir`, with the holes of the masks in `masks_dir`
-    paired by file name), `batch_size` at a time (None: the run's); a
+    (or made from up to `num`, None: all, of the images in `input_dir`, with the holes of the
+    masks in `masks_dir` paired by file name), `batch_size` at a time (None: the run's); a
     class-conditional run's samples are all of class `class_name` (a name or index) if given.
     `truncation`: latents redrawn within [-T, T] (`stagegan.core.latents.truncate`);
     `interpolate`: the `num` samples walk through K latents drawn with `seed` (`walk`), all
@@ -378,6 +385,10 @@ def sample_arrays(
     task = trainer.task
     chunk = batch_size or chunk_size(trainer.config)
     key = "--batch-size" if batch_size else "eval.batch_size"
+    if num is None:  # every image of input_dir
+        if input_dir is None:
+            raise ConfigError("--num", "how many samples? Give a count (None only with --input)")
+        num = len(user_files(task, input_dir)[0])
     task.check_memory(trainer.config.batch_size, [("--num", num)], chunk, key)
     if input_dir is not None:
         if "inputs" not in task.capabilities:
@@ -429,7 +440,7 @@ def check_walk(num, truncation, interpolate, output=None):
         isinstance(interpolate, int) and not isinstance(interpolate, bool) and 2 <= interpolate
     ):
         raise ConfigError("--interpolate", f"must be at least 2 latents. Received: {interpolate!r}")
-    if interpolate is not None and interpolate > num:
+    if interpolate is not None and num is not None and interpolate > num:
         raise ConfigError(
             "--interpolate",
             f"walks through {interpolate} latents in --num {num} samples: at most one a sample",
