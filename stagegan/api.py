@@ -238,6 +238,8 @@ class Run:
         through K latents (`sample --truncation T --interpolate K`)."""
         from stagegan.run import runner
 
+        if n is None:
+            raise ConfigError("n", "how many samples: give a count")
         _at_least(n, 1, "n")
         check_seed(seed, "seed")
         _check_checkpoint(checkpoint)

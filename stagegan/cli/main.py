@@ -175,7 +175,8 @@ def build_parser():
     sample.add_argument(
         "--num",
         type=int,
-        help="how many samples; with --input, at most this many of your images (default: all)",
+        help="how many samples (required without --input); with --input, at most this many "
+        "of your images (default: all)",
     )
     sample.add_argument(
         "--output",
