@@ -241,6 +241,11 @@ def test_completion_sample_rows_and_the_users_own_images(completion, tmp_path):
     hole[0, :, :8], hole[1, 4:8, 4:8] = True, True
     same = np.isclose(out, mine / 255.0, atol=1e-5).all(axis=-1)
     assert same[~hole].all() and not same[hole].any()
+    result = inprocess(
+        *command, "--num", "1", "--masks", str(holes), "--output", str(tmp_path / "f.npy")
+    )
+    assert result.returncode == 0, result.stderr
+    assert np.array_equal(np.load(tmp_path / "f.npy"), out[:1])  # the first of the two
     (holes / "1.png").unlink()
     result = inprocess(*command, "--masks", str(holes), "--output", str(tmp_path / "n.npy"))
     assert_user_error(result, "--masks: no mask named 1.* in", "1 of 2 images have none")

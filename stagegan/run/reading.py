@@ -385,14 +385,14 @@ def sample_arrays(
     task = trainer.task
     chunk = batch_size or chunk_size(trainer.config)
     key = "--batch-size" if batch_size else "eval.batch_size"
+    if input_dir is not None and "inputs" not in task.capabilities:
+        raise ConfigError("--input", f"task {task.name!r} takes no input images")
     if num is None:  # every image of input_dir
         if input_dir is None:
             raise ConfigError("--num", "how many samples? Give a count (None only with --input)")
         num = len(user_files(task, input_dir)[0])
     task.check_memory(trainer.config.batch_size, [("--num", num)], chunk, key)
     if input_dir is not None:
-        if "inputs" not in task.capabilities:
-            raise ConfigError("--input", f"task {task.name!r} takes no input images")
         images, names = user_images(task, input_dir, num)
         holes = None if masks_dir is None else user_masks(task, masks_dir, names)
         inputs, info = task.inputs_for_images(images, seed, holes), {"held_out": True}
