@@ -107,6 +107,9 @@ def test_api_checks_its_arguments_as_the_cli_does(runs):
         with pytest.raises(stagegan.ConfigError) as caught:
             call()
         assert caught.value.key == key and "must be at least" in caught.value.message
+    with pytest.raises(stagegan.ConfigError) as caught:  # None means "all of --input" only
+        api.sample(None)  # in the CLI; the API has no --input to name
+    assert caught.value.key == "n" and "--input" not in caught.value.message
 
 
 def test_api_refuses_arguments_of_the_wrong_type_naming_them(runs, tmp_path):
