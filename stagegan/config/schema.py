@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from stagegan.config.numbers import as_integer, as_number
 from stagegan.config.overrides import (
     check_finite,
     check_keys,
@@ -44,7 +45,7 @@ from stagegan.config.overrides import (
 )
 from stagegan.config.resources import builtin_names, find_yaml
 from stagegan.config.yamlfile import read_yaml, yaml_dump
-from stagegan.errors import ConfigError, shown
+from stagegan.errors import ConfigError
 
 MODES = ("sequential", "simultaneous")
 # `type:` of an optimizer spec -> its Keras class in `keras.optimizers`.
@@ -1333,32 +1334,9 @@ def check_seed(value, key):
     return value
 
 
-# The largest integer a config takes: steps, counts and intervals meet TensorFlow's int64
-# step counter, and none means anything beyond it.
-MAX_INTEGER = 2**62
-
-
 def _integer(value, key, minimum=None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer. Received: {value!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(key, f"must be at least {minimum}. Received: {shown(value)}")
-    if value > MAX_INTEGER:
-        raise ConfigError(key, f"must be at most 2**62. Received: {shown(value)}")
-    return value
+    return as_integer(value, key, minimum)
 
 
 def _number(value, key, positive=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, f"must be a number. Received: {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float
-        raise ConfigError(
-            key, "must be a finite number. Received: an integer beyond 1e308"
-        ) from None
-    if not math.isfinite(number):
-        raise ConfigError(key, f"must be a finite number. Received: {value}")
-    if positive and number <= 0:
-        raise ConfigError(key, f"must be positive. Received: {value}")
-    return number
+    return as_number(value, key, positive=positive)
