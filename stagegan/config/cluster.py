@@ -4,46 +4,138 @@ writes and where it runs before it imports TensorFlow."""
 
 import json
 import logging
-import math
 import os
 import shutil
 import socket
 import subprocess
 import time
 
-from stagegan.errors import ConfigError
+from stagegan.config.numbers import parse_number
+from stagegan.errors import ConfigError, shown
 
 
 def read_tf_config(strategy="multi_worker"):
     """`TF_CONFIG` as `(cluster, task_type, index)`: the cluster spec (`{job: [address]}`)
-    and this process's task in it.
+    and this process's task in it, checked as a whole (`parse_tf_config`).
 
     Raises:
-        ConfigError: TF_CONFIG is missing, is not JSON, lacks the cluster or the task, or
-            names a task that is not in the cluster.
+        ConfigError: TF_CONFIG is missing (on `devices.strategy`, which asked for it), or is
+            not a usable cluster spec (on `TF_CONFIG`).
     """
     raw = os.environ.get("TF_CONFIG")
-    key = "devices.strategy"
     if not raw:
         launch = "--ps M --workers N" if strategy == "parameter_server" else "--workers N"
         raise ConfigError(
-            key,
+            "devices.strategy",
             f"{strategy} needs TF_CONFIG in the environment of every process of the cluster "
             f"(`python -m stagegan launch {launch} ...` sets it for local runs)",
         )
+    return parse_tf_config(raw)
+
+
+# What TensorFlow's `TFConfigClusterResolver` reads of TF_CONFIG; anything else is a typo.
+TF_CONFIG_KEYS = ("cluster", "task", "rpc_layer", "environment")
+TASK_KEYS = ("type", "index", "trial")
+
+
+def _shown(value, most=60, quoted=True):
+    """`value` for a message: its repr (`quoted`) or its text, on one line, cut at `most`."""
+    text = repr(value) if quoted else str(value)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
+
+
+def parse_tf_config(raw):
+    """The text of a `TF_CONFIG` as `(cluster, task_type, index)`, checked as a whole: a JSON
+    object of `cluster` (`{job: ["host:port", ...]}`, each job a non-empty list, no address
+    twice) and `task` (`type`: a job of the cluster, `index`: an integer naming one of its
+    members), and optionally `rpc_layer` and `environment` (strings); no other key.
+
+    Raises:
+        ConfigError: on `TF_CONFIG`, naming what is wrong and the value received.
+    """
+    key = "TF_CONFIG"
     try:
         spec = json.loads(raw)
-        cluster = {
-            job: members if isinstance(members, str) else list(members)
-            for job, members in dict(spec["cluster"]).items()
-        }
-        task_type, index = spec["task"]["type"], int(spec["task"]["index"])
-        members = cluster[task_type]
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(key, f"TF_CONFIG is not a usable cluster spec ({error!r})") from None
-    if not 0 <= index < len(members):
-        raise ConfigError(key, f"TF_CONFIG task {task_type}:{index} is not in the cluster")
+    except (ValueError, RecursionError) as error:
+        raise ConfigError(key, f"is not JSON ({first_line(error)})") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            key, f"must be a JSON object with cluster and task. Received: {_shown(spec)}"
+        )
+    unknown = sorted(set(spec) - set(TF_CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(
+            key, f"unknown key {_shown(unknown[0])} (it takes {', '.join(TF_CONFIG_KEYS)})"
+        )
+    for name in ("rpc_layer", "environment"):
+        if name in spec and not isinstance(spec[name], str):
+            raise ConfigError(key, f"{name} must be a string. Received: {_shown(spec[name])}")
+    cluster = _checked_cluster(spec.get("cluster"), key)
+    task_type, index = _checked_task(spec.get("task"), cluster, key)
     return cluster, task_type, index
+
+
+def _checked_cluster(cluster, key):
+    """TF_CONFIG's `cluster`: `{job: ["host:port", ...]}`, no address twice."""
+    if not isinstance(cluster, dict) or not cluster:
+        raise ConfigError(
+            key,
+            f'cluster must be an object {{job: ["host:port", ...]}}. Received: {_shown(cluster)}',
+        )
+    seen = {}
+    for job, members in cluster.items():
+        if not isinstance(members, list) or not members or not all(map(_address, members)):
+            raise ConfigError(
+                key,
+                f"cluster's {_shown(job, quoted=False)} must be a non-empty list of host:port "
+                f"strings. Received: {_shown(members)}",
+            )
+        for i, address in enumerate(members):
+            if address in seen:
+                raise ConfigError(
+                    key,
+                    f"cluster lists {_shown(address, quoted=False)} twice ({seen[address]} and "
+                    f"{_shown(job, quoted=False)} {i})",
+                )
+            seen[address] = f"{_shown(job, quoted=False)} {i}"
+    return cluster
+
+
+def _checked_task(task, cluster, key):
+    """TF_CONFIG's `task` as `(type, index)`: a member of `cluster`."""
+    if not isinstance(task, dict):
+        raise ConfigError(key, f"task must be an object {{type, index}}. Received: {_shown(task)}")
+    unknown = sorted(set(task) - set(TASK_KEYS))
+    if unknown:
+        raise ConfigError(
+            key, f"unknown task key {_shown(unknown[0])} (it takes {', '.join(TASK_KEYS)})"
+        )
+    task_type, index = task.get("type"), task.get("index")
+    if not isinstance(task_type, str) or task_type not in cluster:
+        raise ConfigError(
+            key,
+            "task.type must name a job of the cluster "
+            f"({_shown(', '.join(map(str, cluster)), quoted=False)}). "
+            f"Received: {_shown(task_type)}",
+        )
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ConfigError(
+            key, f"task.index must be an integer (0, 1, ...). Received: {_shown(index)}"
+        )
+    members = cluster[task_type]
+    if not 0 <= index < len(members):
+        raise ConfigError(
+            key,
+            f"task {_shown(task_type, quoted=False)}:{shown(index)} is not in the cluster (its "
+            f"{_shown(task_type, quoted=False)} job lists "
+            f"{len(members)}: indices 0 to {len(members) - 1})",
+        )
+    return task_type, index
+
+
+def first_line(error):
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def worker_cluster():
@@ -58,9 +150,15 @@ def worker_cluster():
     """
     cluster, task_type, index = read_tf_config()
     collective_timeout()  # checked with the cluster, before anything is written
-    if task_type not in ("worker", "chief"):
+    unknown = sorted(set(cluster) - {"chief", "worker"})
+    if unknown:
         raise ConfigError(
-            "devices.strategy", f"TF_CONFIG task {task_type}:{index} is not a multi_worker task"
+            "TF_CONFIG",
+            f"a multi_worker cluster has jobs chief and worker, not {', '.join(unknown)}",
+        )
+    if len(cluster.get("chief", [])) > 1:
+        raise ConfigError(
+            "TF_CONFIG", f"a cluster has at most one chief; it lists {len(cluster['chief'])}"
         )
     chief = task_type == "chief" or (
         task_type == "worker" and index == 0 and "chief" not in cluster
@@ -81,15 +179,11 @@ def collective_timeout():
     `PeerDeadline` stops the run then. A dead worker's closed connection fails the others at
     once."""
     text = os.environ.get("STAGEGAN_COLLECTIVE_TIMEOUT", "300")
+    what = "a number of seconds, 0 or more (0: no deadline)"
     try:
-        timeout = float(text)
-    except ValueError:
-        timeout = math.nan
-    if not (math.isfinite(timeout) and timeout >= 0):
-        raise ConfigError(
-            "STAGEGAN_COLLECTIVE_TIMEOUT",
-            f"must be a number of seconds, 0 or more (0: no deadline); got {text!r}",
-        )
+        timeout = parse_number(text, "STAGEGAN_COLLECTIVE_TIMEOUT", minimum=0, what=what)
+    except ConfigError:
+        raise ConfigError("STAGEGAN_COLLECTIVE_TIMEOUT", f"must be {what}; got {text!r}") from None
     return timeout
 
 
@@ -103,18 +197,12 @@ def parameter_server_cluster():
         ConfigError: TF_CONFIG is missing or broken, or the cluster lacks one of its jobs.
     """
     cluster, task_type, index = read_tf_config("parameter_server")
-    key = "devices.strategy"
+    key = "TF_CONFIG"
     unknown = sorted(set(cluster) - {"chief", "worker", "ps"})
     if unknown:
         raise ConfigError(
             key, f"a parameter_server cluster has jobs chief, worker and ps, not {unknown}"
         )
-    for job, members in cluster.items():
-        if isinstance(members, str) or not all(_address(m) for m in members):
-            raise ConfigError(
-                key,
-                f"TF_CONFIG's {job} must be a list of host:port strings. Received: {members!r}",
-            )
     needs = (("chief", "exactly one"), ("worker", "at least one"), ("ps", "at least one"))
     for job, wanted in needs:
         count = len(cluster.get(job, []))
@@ -141,14 +229,11 @@ def wait_for_servers(cluster, timeout=None, poll=0.5):
     """
     if timeout is None:
         raw = os.environ.get(SERVER_WAIT_VARIABLE, "300")
+        what = "a number of seconds, 0 or more"
         try:
-            timeout = float(raw)
-        except ValueError:
-            timeout = float("nan")
-        if not 0 <= timeout < float("inf"):
-            raise ConfigError(
-                SERVER_WAIT_VARIABLE, f"must be a number of seconds, 0 or more. Received: {raw!r}"
-            )
+            timeout = parse_number(raw, SERVER_WAIT_VARIABLE, minimum=0, what=what)
+        except ConfigError:
+            raise ConfigError(SERVER_WAIT_VARIABLE, f"must be {what}. Received: {raw!r}") from None
     tasks = [(job, i, a) for job in ("ps", "worker") for i, a in enumerate(cluster[job])]
     deadline, said = time.monotonic() + timeout, False
     while True:
@@ -173,7 +258,8 @@ def _address(member):
     if not isinstance(member, str) or ":" not in member:
         return False
     host, port = member.rsplit(":", 1)
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+    digits = port.isascii() and port.isdigit() and len(port) <= 5
+    return bool(host) and digits and 0 < int(port) < 65536
 
 
 def _job(job):
@@ -243,7 +329,7 @@ def host_gpus(environ=None):
 def _gpu_count(environ):
     override = environ.get(GPU_COUNT_VARIABLE)
     if override is not None:
-        return int(override)
+        return parse_number(override, GPU_COUNT_VARIABLE, integer=True, minimum=0, maximum=4096)
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
