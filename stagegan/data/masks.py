@@ -40,6 +40,7 @@ def load_masks(folder, size, key="data.masks"):
         ConfigError (naming `key`): no such folder, no mask image in it, a file that cannot be
             read, a mask with no hole, or one that is all hole.
     """
+    from stagegan.data.images import refusal
     from stagegan.data.sources import IMAGE_SUFFIXES, decode_files
 
     if not isinstance(folder, str) or not folder:
@@ -53,8 +54,9 @@ def load_masks(folder, size, key="data.masks"):
     files = [os.path.join(folder, n) for n in names]
     images, ok = decode_files(files, size, 1, key=None)
     if not ok.all():
-        bad = names[int(np.flatnonzero(~ok)[0])]
-        raise ConfigError(key, f"cannot read mask {bad} in {folder} (not an image?)")
+        first = int(np.flatnonzero(~ok)[0])
+        why = refusal(files[first]) or "not an image?"
+        raise ConfigError(key, f"cannot read mask {names[first]} in {folder} ({why})")
     masks = (images >= 128).astype(np.float32)
     share = masks.mean(axis=(1, 2, 3))
     for name, value in zip(names, share, strict=True):

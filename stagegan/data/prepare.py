@@ -133,7 +133,7 @@ def prepare(folder, output, size, channels=3, labels=False, shard_size=SHARD_SIZ
     options = {**data.DEFAULTS, "source": "folder", "path": folder, "size": size}
     options.update(channels=channels, labels="subfolders" if labels else None)
     try:
-        listing = data.list_folder(options)
+        listing = data.list_folder(options, key="FOLDER")
     except ConfigError as e:  # name this command's arguments, not config keys
         raise ConfigError(ARGUMENTS.get(e.key, e.key), e.message) from None
     output = os.path.abspath(output)
@@ -222,7 +222,7 @@ def _write_shards(listing, folder, size, channels, shard_size, progress):
     with _Shards(folder, shard_size) as shards:
         for start in range(0, len(order), chunk):
             part = order[start : start + chunk]
-            images, ok = decode_files(files[part], size, channels)
+            images, ok = decode_files(files[part], size, channels, key="FOLDER")
             skipped += int((~ok).sum())
             found = part[ok]
             classes = [None] * len(found) if counts is None else listing.labels[found]

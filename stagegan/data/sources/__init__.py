@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.core.staging import pixels_to_float
+from stagegan.data.images import read_regular_file
 from stagegan.data.sources.base import (
     CACHES,
     DEFAULTS,
@@ -43,7 +44,6 @@ from stagegan.data.sources.base import (
     check_memory,
     decode_files,
     held_out_mask,
-    read_regular_file,
     register,
     relative_name,
     source_of,

@@ -5,12 +5,12 @@ count checks. A new source is a module of this package with one `@register`ed `S
 import functools
 import logging
 import os
-import stat
 
 import numpy as np
 import tensorflow as tf
 
 from stagegan.config.memory import check_image_memory, format_count
+from stagegan.data.images import checked_bytes, read_image_file, refusal
 from stagegan.errors import ConfigError
 
 log = logging.getLogger("stagegan")
@@ -93,9 +93,18 @@ def fit_image(image, size, channels):
 
 
 def decode_image(raw, size, channels):
-    """Encoded PNG/JPEG/GIF/BMP bytes -> uint8 [size, size, channels] (see `fit_image`)."""
+    """Encoded PNG/JPEG/GIF/BMP bytes, passed by `stagegan.data.images.check_header` already,
+    -> uint8 [size, size, channels] (see `fit_image`)."""
     image = tf.io.decode_image(raw, channels=3, expand_animations=False)
     return fit_image(image, size, channels)
+
+
+def decode_checked(raw, size, channels):
+    """`decode_image` of encoded bytes not read through `read_image_file` (a TFRecord's):
+    their header is checked first, and a refused image fails to decode as a broken one."""
+    check = functools.partial(checked_bytes, size=size)
+    raw = tf.numpy_function(check, [raw], tf.string, stateful=False)
+    return decode_image(tf.ensure_shape(raw, []), size, channels)
 
 
 def _fit(images, size, channels, key):
@@ -141,10 +150,10 @@ def _fit(images, size, channels, key):
     return images
 
 
-def _require_path(options):
+def _require_path(options, key="data.path"):
     path = options["path"]
     if not path:
-        raise ConfigError("data.path", f"required for source {options['source']!r}")
+        raise ConfigError(key, f"required for source {options['source']!r}")
     return os.path.expanduser(str(path))
 
 
@@ -246,28 +255,14 @@ def _file_reader(size, channels):
     instead of tracing the reading, decoding and fitting again (a tenth of a second per
     pipeline: every start-up decodes twice, a sample or an evaluation of a run once more)."""
 
+    read_bytes = functools.partial(read_image_file, size=size)
+
     @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
     def read(path):
-        raw = tf.numpy_function(read_regular_file, [path], tf.string, stateful=False)
+        raw = tf.numpy_function(read_bytes, [path], tf.string, stateful=False)
         return decode_image(tf.ensure_shape(raw, []), size, channels)
 
     return read
-
-
-def read_regular_file(path):
-    """The bytes of the file `path` (str or bytes), or b"" when it cannot be read or is not a
-    regular file (a fifo, a socket, a device: opening one for reading can block forever). It
-    is checked before opening, and opened without blocking and checked again, so a file
-    swapped since cannot block either. Read in Python (TensorFlow's reader blocks on a fifo,
-    and takes names as UTF-8); b"" fails to decode, as any unreadable file."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return b""
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with open(fd, "rb") as f:
-            return f.read() if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
 
 
 SKIPPED = set()  # the unreadable files met by this process
@@ -275,9 +270,11 @@ SKIPPED = set()  # the unreadable files met by this process
 
 def warn_unreadable(name, reason=None, key="data.path"):
     """Warn of an image file that cannot be read, once per file and process (`key`: the
-    config key or flag that named its folder)."""
+    config key or flag that named its folder; `reason`: why, else the reader's refusal, if
+    it refused the file)."""
     if name not in SKIPPED:  # once per file and process, not once per epoch
         SKIPPED.add(name)
+        reason = reason or refusal(name)
         log.warning(
             "%s: skipped unreadable image %s%s (%d skipped so far)",
             key,
@@ -533,21 +530,3 @@ PEEK_IMAGES = 64  # images `decide_channels` looks at
 def spread(count):
     """Up to `PEEK_IMAGES` indices spread evenly over `count` items."""
     return np.unique(np.linspace(0, count - 1, min(count, PEEK_IMAGES)).astype(int))
-
-
-def peek_bytes(raw):
-    """An image's pixels (uint8, RGB) from its encoded bytes, or None when unreadable."""
-    import io
-
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(raw)) as image:
-            image.draft("RGB", (64, 64))  # JPEG: decode at a reduced size
-            return np.asarray(image.convert("RGB"))
-    except (OSError, ValueError, SyntaxError):  # Pillow's errors for a broken file
-        return None
-
-
-def peek_file(name):
-    return peek_bytes(read_regular_file(name) or b"")

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from stagegan.data import clusters
+from stagegan.data.images import peek_file
 from stagegan.data.sources.base import (
     DECODE_AT_ONCE,
     DEFAULTS,
@@ -25,7 +26,6 @@ from stagegan.data.sources.base import (
     check_split,
     decode_files,
     held_out_mask,
-    peek_file,
     register,
     shown,
     spread,
@@ -75,10 +75,11 @@ def _is_regular(entry):
         return False
 
 
-def _not_regular(others):
-    """Warn of each file in `others` (skipped at scan time), once per process."""
+def _not_regular(others, key="data.path"):
+    """Warn of each file in `others` (skipped at scan time), once per process, naming `key`
+    (the config key or flag that named the folder)."""
     for name in others:
-        warn_unreadable(name, "not a regular file")
+        warn_unreadable(name, "not a regular file", key=key)
     return others
 
 
@@ -90,24 +91,26 @@ def _none_regular(others):
     return f" (skipped, not regular files: {shown(others[0])}{more})"
 
 
-def list_folder(options, recorded=None):
+def list_folder(options, recorded=None, key="data.path"):
     """The `Listing` of a folder source: every PNG/JPEG file below `data.path`, sorted; with
     `data.labels: subfolders`, the sorted subfolder names are the classes and each class's
     files are those below its subfolder. Reads names only, never an image, except with
     `data.labels: clusters` (`_clustered`: each file's cluster, the readable files only;
-    `recorded`: a run's own clusters, `RecordedClusters`, reused rather than found again)."""
-    path = _require_path(options)
+    `recorded`: a run's own clusters, `RecordedClusters`, reused rather than found again).
+    `key`: the config key or flag that named the folder (`data.path`, `--input`), which its
+    errors and warnings name."""
+    path = _require_path(options, key)
     if not os.path.isdir(path):
-        raise ConfigError("data.path", f"no such folder: {shown(path)}")
+        raise ConfigError(key, f"no such folder: {shown(path)}")
     if options["labels"] in (None, "clusters"):
         files, others = _image_files(path)
         if not files:
             raise ConfigError(
-                "data.path", f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
+                key, f"no PNG or JPEG files under {shown(path)}{_none_regular(others)}"
             )
         if options["labels"] == "clusters":
             return _clustered(path, files, options, _not_regular(others), recorded)
-        return Listing(path, files, skipped=_not_regular(others))
+        return Listing(path, files, skipped=_not_regular(others, key))
     if options["labels"] != "subfolders":
         raise ConfigError(
             "data.labels",
@@ -135,7 +138,7 @@ def list_folder(options, recorded=None):
             )
         files += found
         labels += [index] * len(found)
-        skipped += _not_regular(others)
+        skipped += _not_regular(others, key)
     # The names of classes print anywhere (logs, plan, eval, prepare's YAML block).
     classes = [shown(name) for name in folders]
     return Listing(path, files, np.array(labels, np.int32), classes, skipped)
@@ -521,4 +524,4 @@ class FolderSource(Source):
 
     def peek(self):
         files = list_folder(self.options).files
-        return [peek_file(files[i]) for i in spread(len(files))]
+        return [peek_file(files[i], self.options["size"]) for i in spread(len(files))]

@@ -6,6 +6,7 @@ import glob
 import numpy as np
 import tensorflow as tf
 
+from stagegan.data.images import peek_bytes
 from stagegan.data.records import NAME_FEATURE  # each record's file name below the folder
 from stagegan.data.sources.base import (
     PEEK_IMAGES,
@@ -15,10 +16,9 @@ from stagegan.data.sources.base import (
     check_count,
     check_memory,
     check_split,
-    decode_image,
+    decode_checked,
     held_out_mask,
     in_memory_pool,
-    peek_bytes,
     register,
 )
 from stagegan.errors import ConfigError, first_line
@@ -103,7 +103,7 @@ def _tfrecord_examples(options, held_out=False):
 
     def parse(record):
         parsed = tf.io.parse_single_example(record, spec)
-        example = {"x": decode_image(parsed[image_feature], size, channels)}
+        example = {"x": decode_checked(parsed[image_feature], size, channels)}
         if label_feature is not None:
             example["y"] = tf.cast(parsed[label_feature], tf.int32)
         return example
@@ -226,7 +226,7 @@ def peek_records(options):
                 feature = tf.train.Example.FromString(record).features.feature
                 value = feature.get(options["image_feature"])
                 if value is not None and value.bytes_list.value:
-                    images.append(peek_bytes(value.bytes_list.value[0]))
+                    images.append(peek_bytes(value.bytes_list.value[0], options["size"]))
                 if len(images) >= PEEK_IMAGES:
                     return images
         except Exception:  # noqa: BLE001 - unreadable or not an Example: the source's own
