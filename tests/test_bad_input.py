@@ -898,6 +898,40 @@ CASES = {
         ["eval", "--run", "{root}/no\nrun"],
         ["--run: no such run folder", "no\\nrun"],
     ),
+    # Hardening round 5: numbers beyond any float, the memory bound naming the flag the user
+    # gave, an option that has nothing to apply to.
+    "plan --budget of 400 digits": (
+        ["plan", "--config", "{root}/toy.yaml", "--budget", "9" * 400 + "s"],
+        ["--budget: must be a finite number. Received: an integer beyond 1e308"],
+    ),
+    "plan --budget of more than a year": (
+        ["plan", "--config", "{root}/toy.yaml", "--budget", "9000h"],
+        ["--budget: must be at most a year (8760h). Received: '9000h'"],
+    ),
+    "launch a hundred thousand parameter servers": (
+        ["launch", "--ps", "100000", "--workers", "1", "--config", "{root}/toy.yaml"],
+        ["--ps: would need about", "100,002 TensorFlow processes", "Received: 100000"],
+    ),
+    "sample --seed with --masks": (
+        [
+            "sample",
+            "--run",
+            "{root}/run",
+            "--input",
+            "{root}/few",
+            "--masks",
+            "{root}/few",
+            "--seed",
+            "3",
+            "--output",
+            "{root}/s.png",
+        ],  # fmt: skip
+        ["--seed: draws the holes of --input images, and --masks gives them"],
+    ),
+    "sample --input for a task that takes no images": (
+        ["sample", "--run", "{root}/run", "--input", "{root}/few", "--output", "{root}/s.png"],
+        ["--input: task 'toy' takes no input images"],
+    ),
     # A folder name need not be UTF-8: a --set value of such bytes is a path, not bad YAML.
     "data.path of bytes that are not UTF-8": (
         [*TRAIN, "--config", "dcgan_folder", "--set", "data.path={root}/no_such_\udcff"],
@@ -973,3 +1007,135 @@ def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capfd):
         "stagegan: error: memory: ran out of memory (MemoryError: MemoryError); use smaller "
         "sizes, counts or batches"
     ]
+
+
+# Hardening round 5: TF_CONFIG checked as a whole, for serve, train and launch.
+SPEC = {
+    "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
+    "task": {"type": "ps", "index": 0},
+}
+
+
+def spec_with(**changes):
+    spec = json.loads(json.dumps(SPEC))
+    for path, value in changes.items():
+        part, _, name = path.partition("__")
+        if value is ...:
+            del spec[part][name]
+        else:
+            spec[part][name] = value
+    return json.dumps(spec)
+
+
+TF_CONFIGS = {
+    "a fractional task index": (
+        spec_with(task__index=0.5),
+        "task.index must be an integer (0, 1, ...). Received: 0.5",
+    ),
+    "a task index as text": (spec_with(task__index="0"), "task.index must be an integer"),
+    "a task index of true": (spec_with(task__index=True), "Received: True"),
+    "a negative task index": (spec_with(task__index=-1), "task ps:-1 is not in the cluster"),
+    "a task index past its job": (
+        spec_with(task__index=1),
+        "task ps:1 is not in the cluster (its ps job lists 1: indices 0 to 0)",
+    ),
+    "no task index": (spec_with(task__index=...), "task.index must be an integer"),
+    "a task type not in the cluster": (
+        spec_with(task__type="evaluator"),
+        "task.type must name a job of the cluster (chief, worker, ps). Received: 'evaluator'",
+    ),
+    "an unknown task key": (spec_with(task__idx=0), "unknown task key 'idx'"),
+    "a job of one string": (
+        spec_with(cluster__worker="127.0.0.1:2"),
+        "cluster's worker must be a non-empty list of host:port strings",
+    ),
+    "an empty job": (spec_with(cluster__worker=[]), "cluster's worker must be a non-empty list"),
+    "a port out of range": (
+        spec_with(cluster__worker=["127.0.0.1:70000"]),
+        "Received: ['127.0.0.1:70000']",
+    ),
+    "one address twice": (
+        spec_with(cluster__worker=["127.0.0.1:3"]),
+        "cluster lists 127.0.0.1:3 twice (worker 0 and ps 0)",
+    ),
+    "an unknown key": (
+        json.dumps({**SPEC, "clutser": {}}),
+        "unknown key 'clutser' (it takes cluster, task, rpc_layer, environment)",
+    ),
+    "no cluster": (json.dumps({"task": SPEC["task"]}), "cluster must be an object"),
+    "not JSON": ('{"cluster": ', "TF_CONFIG: is not JSON"),
+    "a JSON list": ("[1, 2]", "must be a JSON object with cluster and task. Received: [1, 2]"),
+    "nested past any parser": ("[" * 100_000, "TF_CONFIG: is not JSON"),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "train multi_worker", "train parameter_server"])
+@pytest.mark.parametrize("name", list(TF_CONFIGS))
+def test_a_bad_tf_config_is_one_line_naming_it(command, name, place, capfd, monkeypatch):
+    """`serve` used to serve a task index of 0.5 as task 0, silently, until killed."""
+    raw, words = TF_CONFIGS[name]
+    monkeypatch.setenv("TF_CONFIG", raw)
+    monkeypatch.chdir(place)
+    argv = ["serve"]
+    if command != "serve":
+        argv = [*TRAIN, *toy(f"devices.strategy={command.split()[1]}", "devices.towers=1")]
+    before = snapshot(place)
+    status = cli.main([a.replace("{root}", str(place)) for a in argv])
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("stagegan: error: TF_CONFIG: ") and words in lines[0], lines[0]
+    assert snapshot(place) == before and not os.path.exists(place / "new")
+
+
+@pytest.mark.parametrize(
+    "cluster, words",
+    [
+        ({"worker": ["a:1"], "ps": ["b:1"]}, "a multi_worker cluster has jobs chief and worker"),
+        ({"chief": ["a:1", "c:1"], "worker": ["b:1"]}, "at most one chief; it lists 2"),
+    ],
+)
+def test_a_multi_worker_cluster_has_workers_and_one_chief(
+    cluster, words, place, capfd, monkeypatch
+):
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    )
+    monkeypatch.chdir(place)
+    argv = [*TRAIN, *toy("devices.strategy=multi_worker")]
+    assert cli.main([a.replace("{root}", str(place)) for a in argv]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("stagegan: error: TF_CONFIG: ")
+        and words in lines[0]
+    )
+
+
+def test_launch_refuses_a_tf_config_it_would_ignore(place, capfd, monkeypatch):
+    """launch gives each process its own TF_CONFIG: one in its environment would be lost."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps(SPEC))
+    monkeypatch.chdir(place)
+    before = snapshot(place)
+    assert cli.main(["launch", "--workers", "2", "--config", f"{place}/toy.yaml"]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("stagegan: error: TF_CONFIG: launch starts a cluster of its own")
+    assert snapshot(place) == before and not os.path.exists(place / "runs")
+
+
+@pytest.mark.parametrize(
+    "options, key, words",
+    [
+        ({"truncation": 10**400}, "truncation", "Received: an integer beyond 1e308"),
+        ({"truncation": float("nan")}, "truncation", "must be a positive number. Received: nan"),
+        ({"truncation": "1"}, "truncation", "Received: '1'"),
+        ({"interpolate": 10**400}, "interpolate", "walks through an integer beyond 1e308 latents"),
+    ],
+)
+def test_the_api_refuses_numbers_beyond_any_float(options, key, words, place):
+    """`Run.sample(4, truncation=10**400)` raised a raw OverflowError (hardening round 5)."""
+    import stagegan
+
+    with pytest.raises(stagegan.Error) as caught:
+        stagegan.load_run(place / "run").sample(4, **options)
+    assert caught.value.key == key and words in caught.value.message, caught.value.message

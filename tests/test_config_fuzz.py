@@ -391,3 +391,89 @@ def test_any_yaml_file_loads_or_names_the_file(tmp_path_factory, content, key):
     for data in (content, yaml.safe_dump(BASE).encode() + f"\n{key}: ".encode() + content):
         path.write_bytes(data)
         check_outcome(lambda: stagegan.load(str(path)))
+
+
+# Hardening round 5: the doors added since round 4, each fuzzed the same way: whatever comes
+# in gives a value or a ConfigError with a key and one line, never anything else.
+JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**30), 10**30),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from(["chief", "worker", "ps", "type", "index", "127.0.0.1:1", "a:0"]),
+        st.text(max_size=12),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.sampled_from(["cluster", "task", "type", "index", "worker"]), st.text()),
+            inner,
+            max_size=3,
+        ),
+    ),
+    max_leaves=12,
+)
+NEAR_TF_CONFIG = st.builds(
+    lambda cluster, task, extra: {"cluster": cluster, "task": task, **extra},
+    st.dictionaries(
+        st.sampled_from(["chief", "worker", "ps", "evaluator"]),
+        st.lists(st.sampled_from(["127.0.0.1:1", "127.0.0.1:2", "h:0", "h:70000", "x"]), max_size=3)
+        | JSON,
+        max_size=3,
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["chief", "worker", "ps"]) | JSON, "index": JSON}
+    ),
+    st.dictionaries(st.sampled_from(["rpc_layer", "environment", "other"]), JSON, max_size=1),
+)
+
+
+@FUZZ
+@given(spec=st.one_of(NEAR_TF_CONFIG, JSON), text=st.text(max_size=30))
+def test_any_tf_config_gives_a_task_or_names_tf_config(spec, text):
+    from stagegan.config.cluster import parse_tf_config
+
+    for raw in (json.dumps(spec), text):
+        try:
+            cluster, task_type, index = parse_tf_config(raw)
+        except stagegan.ConfigError as e:
+            assert_clean(e)
+            assert e.key == "TF_CONFIG"
+        else:
+            assert 0 <= index < len(cluster[task_type]) and type(index) is int
+
+
+NUMBERS = st.one_of(
+    st.integers(-(10**500), 10**500),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(["nan", "inf", "-inf", "1e400", "9" * 400, "0x10", " 3 ", "1_000", "٣"]),
+    JSON,
+)
+
+
+@FUZZ
+@given(value=NUMBERS)
+def test_any_number_given_anywhere_is_a_finite_number_or_names_its_key(value):
+    """Flags, config values, environment variables and API arguments: one checked way in."""
+    from stagegan.cli.main import parse_duration
+    from stagegan.config.numbers import as_integer, as_number, parse_number
+    from stagegan.run.reading import check_walk
+
+    attempts = [
+        lambda: as_number(value, "k", minimum=0),
+        lambda: as_integer(value, "k", minimum=1),
+        lambda: parse_number(value, "k"),
+        lambda: parse_number(value, "k", integer=True, minimum=0),
+        lambda: parse_duration(f"{value}s"),
+        lambda: check_walk(10, value, None),
+        lambda: check_walk(10, None, value),
+    ]
+    for attempt in attempts:
+        try:
+            result = attempt()
+        except stagegan.ConfigError as e:
+            assert_clean(e)
+        else:
+            assert result is None or (isinstance(result, (int, float)) and abs(result) < 2e308)

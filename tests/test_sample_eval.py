@@ -3,6 +3,7 @@ reproducible samples, metrics checked by hand against the sampled outputs, eval.
 evaluation inside `train`, and bad input."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -448,6 +449,26 @@ def test_a_walk_as_an_animation_and_latents_a_task_lacks(wgan, completion, tmp_p
     )  # fmt: skip
     assert_user_error(result, "--input: no readable image in", "unreadable (1 tried)")
     assert not (tmp_path / "c.png").exists()
+    # Hardening round 5: --truncation and --interpolate with --input were ignored (exit 0);
+    # a fifo among --input images was reported as data.path's.
+    Image.fromarray(np.full((8, 8, 3), 90, np.uint8)).save(tmp_path / "unreadable" / "y.png")
+    for flags in (["--truncation", "1"], ["--interpolate", "2"]):
+        result = inprocess(
+            "sample", "--run", completion, "--num", "4", "--input", tmp_path / "unreadable",
+            *flags, "--output", tmp_path / "c.png",
+        )  # fmt: skip
+        assert_user_error(result, f"{flags[0]}: task 'completion' has no latents")
+        assert not (tmp_path / "c.png").exists()
+    os.mkfifo(tmp_path / "unreadable" / "z.png")
+    result = inprocess(
+        "sample", "--run", completion, "--input", tmp_path / "unreadable",
+        "--output", tmp_path / "c.png",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warned = sorted(result.stderr.strip().splitlines())
+    assert len(warned) == 2 and all(line.startswith("--input: skipped ") for line in warned)
+    assert "x.png, not an image (UnidentifiedImageError)" in warned[0]
+    assert "z.png, not a regular file" in warned[1]
 
 
 LOAD_EXPORTS = """
@@ -568,6 +589,11 @@ def test_project_writes_latents_and_a_picture_and_refuses_cleanly(wgan, completi
         (["--run", completion, "--input", tmp_path / "drawn"], "--run: task 'completion' has"),
         (["--run", wgan, "--input", tmp_path / "drawn", "--steps", "0"], "--steps: must be"),
         (["--run", wgan, "--input", tmp_path / "drawn", "--output", tmp_path / "p"], "exists"),
+        # hardening round 5: the memory bound names the flag the user set, not --input
+        (
+            ["--run", wgan, "--input", tmp_path / "drawn", "--restarts", "1000000000"],
+            "--restarts: would need about",
+        ),
     ):
         output = [] if "--output" in args else ["--output", tmp_path / "q"]
         assert_user_error(inprocess("project", *args, *output), words)

@@ -13,6 +13,7 @@ import sys
 
 from stagegan.config.cluster import check_batch_divides
 from stagegan.config.memory import check_memory, format_count
+from stagegan.config.numbers import brief, parse_number
 from stagegan.config.objects import find_user_modules
 from stagegan.config.schema import check_seed, load_config
 from stagegan.data import prepare
@@ -198,7 +199,12 @@ def build_parser():
         help="a latent walk: the --num samples go along great circles through K latents drawn "
         "with --seed, in one class",
     )
-    sample.add_argument("--seed", type=int, default=0, help="fixes the inputs (default: 0)")
+    sample.add_argument(
+        "--seed",
+        type=int,
+        help="fixes the inputs: latents, classes, or the holes drawn in --input images "
+        "(default: 0)",
+    )
     sample.add_argument(
         "--input",
         metavar="DIR",
@@ -446,6 +452,13 @@ def cmd_launch(args):
     )
     from stagegan.config.cluster import collective_timeout
 
+    if os.environ.get("TF_CONFIG") is not None:
+        raise ConfigError(
+            "TF_CONFIG",
+            "launch starts a cluster of its own on this machine and gives each process its "
+            "own TF_CONFIG, so the one set here would be ignored: unset it (on a cluster of "
+            "hosts, start train, or serve, on each with its TF_CONFIG instead)",
+        )
     if args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1. Received: {args.workers}")
     if args.ps < 0:
@@ -456,17 +469,13 @@ def cmd_launch(args):
         )
     if not args.ps:  # every worker reads it (`PeerDeadline`): checked once, here
         collective_timeout()
-    processes = args.workers + (args.ps + 1 if args.ps else 0)
-    check_memory(
-        [
-            (
-                "--workers",
-                processes * WORKER_BYTES,
-                f"{format_count(processes)} TensorFlow processes",
-            )
-        ],
-        {"--workers": args.workers},
-    )
+    # The worker processes and, with --ps, the servers and the chief: the flag of the larger
+    # share is the one named, with both counts.
+    servers = args.ps + 1 if args.ps else 0
+    processes = args.workers + servers
+    what = f"{format_count(processes)} TensorFlow processes"
+    parts = [("--workers", args.workers * WORKER_BYTES, what), ("--ps", servers * WORKER_BYTES, "")]
+    check_memory(parts, {"--workers": args.workers, "--ps": args.ps})
     gpus = assign_gpus(args.workers, args.gpus_per_worker, host_gpus())
     strategy, setting = (
         ("parameter_server", PARAMETER_SERVER) if args.ps else ("multi_worker", MULTI_WORKER)
@@ -528,21 +537,31 @@ def cmd_serve(args):
     return serve(cluster, task_type, index, wait)
 
 
+# The longest `plan --budget`: a year of training is past any plan.
+MAX_BUDGET = 365 * 24 * 3600
+
+
 def parse_duration(text, key="--budget"):
-    """Seconds in `text`: a number with a unit, or several (`90s`, `10m`, `1.5h`, `1h30m`).
+    """Seconds in `text`: a number with a unit, or several (`90s`, `10m`, `1.5h`, `1h30m`),
+    up to a year (each number through `parse_number`).
 
     Raises:
-        ConfigError: anything else, or no time at all.
+        ConfigError: anything else, no time at all, or more than a year.
     """
     pieces = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", str(text).strip().lower())
     rebuilt = "".join(f"{n}{u}" for n, u in pieces)
     if not pieces or rebuilt != re.sub(r"\s+", "", str(text).strip().lower()):
         raise ConfigError(
-            key, f"expected a duration like 90s, 10m, 1.5h or 1h30m. Received: {text!r}"
+            key, f"expected a duration like 90s, 10m, 1.5h or 1h30m. Received: {brief(text)}"
         )
-    seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in pieces)
+    seconds = 0.0
+    for number, unit in pieces:
+        value = parse_number(number, key, what="a duration like 90s, 10m, 1.5h or 1h30m")
+        seconds += value * {"h": 3600, "m": 60, "s": 1}[unit]
     if seconds <= 0:
-        raise ConfigError(key, f"must be a positive duration. Received: {text!r}")
+        raise ConfigError(key, f"must be a positive duration. Received: {brief(text)}")
+    if not seconds <= MAX_BUDGET:  # inf too: 1e308 hours
+        raise ConfigError(key, f"must be at most a year (8760h). Received: {brief(text)}")
     return seconds
 
 
@@ -573,7 +592,11 @@ def cmd_sample(args):
         )
     if args.num is not None and args.num < 1:
         raise ConfigError("--num", f"must be at least 1. Received: {args.num}")
-    check_seed(args.seed, "--seed")
+    if args.seed is not None and args.masks is not None:
+        raise ConfigError(
+            "--seed", "draws the holes of --input images, and --masks gives them: leave it out"
+        )
+    seed = 0 if args.seed is None else check_seed(args.seed, "--seed")
     check_batch_size(args.batch_size)
     check_output(args.output)
     check_walk(args.num, args.truncation, args.interpolate, args.output)
@@ -592,7 +615,7 @@ def cmd_sample(args):
             trainer,
             args.output,
             args.num,
-            args.seed,
+            seed,
             ema=not args.no_ema,
             input_dir=args.input,
             masks_dir=args.masks,

@@ -107,7 +107,7 @@ def check_memory(parts, received, key=None):
 def _refuse(parts, received, key, needed, where):
     if key is None:
         key = max(parts, key=lambda part: part[1])[0]
-    what = ", ".join(words for _, size, words in parts if size)
+    what = ", ".join(words for _, size, words in parts if size and words)
     raise ConfigError(
         key,
         f"would need about {format_bytes(needed)} of memory ({what}); {where}. "

@@ -27,6 +27,7 @@ import tensorflow as tf
 from stagegan.errors import ConfigError, WriteError
 
 FEATURE_WEIGHT = 0.1
+RESTARTS = 4  # random starts per image, unless told (`project --restarts`)
 LEARNING_RATE = 0.05
 
 
@@ -138,20 +139,19 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
     Raises:
         ConfigError: a task without latent images, a folder without readable images.
     """
-    from stagegan.data.sources import list_folder
-    from stagegan.run.reading import readable_images
+    from stagegan.run.reading import readable_images, user_files
     from stagegan.runfolder import pictures
 
     task = trainer.task
     check_projectable(task)
-    options = {**task.data, "source": "folder", "path": input_dir, "labels": None}
-    try:
-        files = list_folder(options).files[:num]
-    except ConfigError as e:
-        raise ConfigError("--input", e.message) from None
+    files, options = user_files(task, input_dir)
+    files = files[:num]
+    # before any image is decoded: the images and their restarts' samples, held at once
+    counts = [("--input", len(files), None)]
+    factors = {"--restarts": (restarts, RESTARTS)}
+    task.check_memory(trainer.config.batch_size, counts, factors=factors)
     decoded, ok = readable_images(files, options, input_dir)
     images = decoded.astype(np.float32) / 127.5 - 1.0
-    task.check_memory(trainer.config.batch_size, [("--input", len(images) * restarts)])
     found = project_images(trainer, images, steps, restarts, seed, ema)
     output = Path(output)
     partial = output.with_name(f"{output.name}.partial-{os.getpid()}")

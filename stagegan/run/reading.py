@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from stagegan.config.files import read_text
+from stagegan.config.numbers import as_integer, as_number
 from stagegan.config.objects import find_user_modules
 from stagegan.config.schema import apply_overrides, parse_config
 from stagegan.config.yamlfile import read_yaml
 from stagegan.core import latents
 from stagegan.core.until import stage_ends
-from stagegan.errors import ConfigError, WriteError, first_line
+from stagegan.errors import ConfigError, WriteError, first_line, shown
 from stagegan.runfolder import pictures
 from stagegan.runfolder.dirs import RunFolder
 from stagegan.runfolder.samples import chunk_size
@@ -255,10 +256,7 @@ def user_files(task, folder):
     from stagegan.data.sources import list_folder
 
     options = {**task.data, "source": "folder", "path": folder, "labels": None}
-    try:
-        return list_folder(options).files, options
-    except ConfigError as e:
-        raise ConfigError("--input", e.message) from None
+    return list_folder(options, key="--input").files, options
 
 
 def user_images(task, folder, num=None):
@@ -385,8 +383,7 @@ def sample_arrays(
     task = trainer.task
     chunk = batch_size or chunk_size(trainer.config)
     key = "--batch-size" if batch_size else "eval.batch_size"
-    if input_dir is not None and "inputs" not in task.capabilities:
-        raise ConfigError("--input", f"task {task.name!r} takes no input images")
+    check_sample_options(task, input_dir, masks_dir, class_name, truncation, interpolate)
     if num is None:  # every image of input_dir
         if input_dir is None:
             raise ConfigError("--num", "how many samples? Give a count (None only with --input)")
@@ -401,26 +398,48 @@ def sample_arrays(
     else:
         inputs, info = task.sample_inputs(num, seed)
         if truncation is not None:
-            check_latents(task, "--truncation")
             inputs["z"] = latents.truncate(inputs["z"], truncation, seed)
     if class_name is not None:
-        if "classes" not in task.capabilities:
-            raise ConfigError("--class", f"task {task.name!r} has no classes")
         inputs["fake_y"] = np.full(num, task.class_index(str(class_name)), np.int32)
         info = {k: v for k, v in info.items() if k != "columns"}  # a plain grid of one class
     evaluation = Evaluation(trainer, None, ema=ema, batch_size=batch_size)
     return inputs, evaluation.sample_outputs(inputs), info, evaluation.ema
 
 
-def check_latents(task, key):
-    if "latents" not in task.capabilities:
-        raise ConfigError(key, f"task {task.name!r} has no latents to truncate or walk through")
+def check_sample_options(
+    task, input_dir=None, masks_dir=None, class_name=None, truncation=None, interpolate=None
+):
+    """Refuse, before any work, an option of `sample` that the run's task cannot apply, or
+    that the other options leave nothing to apply to (none is ever silently ignored):
+    `--input` for a task that takes no images, `--masks` without `--input`, `--class` for a
+    task without classes, `--truncation` and `--interpolate` for a task without latents or
+    with `--input` (a completion of your images draws no latent)."""
+    if input_dir is not None and "inputs" not in task.capabilities:
+        raise ConfigError("--input", f"task {task.name!r} takes no input images")
+    if masks_dir is not None and input_dir is None:
+        raise ConfigError("--masks", "pairs masks with your images: give --input DIR too")
+    if class_name is not None and "classes" not in task.capabilities:
+        raise ConfigError("--class", f"task {task.name!r} has no classes")
+    if isinstance(class_name, int) and not isinstance(class_name, bool):
+        as_integer(class_name, "--class", minimum=0)  # an index (10**5000 prints no name)
+    for flag, value in (("--truncation", truncation), ("--interpolate", interpolate)):
+        if value is None:
+            continue
+        if "latents" not in task.capabilities:
+            raise ConfigError(
+                flag, f"task {task.name!r} has no latents to truncate or walk through"
+            )
+        if input_dir is not None:
+            raise ConfigError(
+                flag,
+                "applies to drawn latents; --input completes your own images, which draw "
+                "none (leave it out, or drop --input)",
+            )
 
 
 def latent_walk(task, num, seed, keyframes, truncation=None):
     """`(inputs, info)` of `num` samples along the walk through `keyframes` latents drawn with
     `seed` (truncated first, if asked); the other inputs (a class) are the first keyframe's."""
-    check_latents(task, "--interpolate")
     drawn, _ = task.sample_inputs(keyframes, seed)
     z = drawn["z"] if truncation is None else latents.truncate(drawn["z"], truncation, seed)
     inputs = {name: np.repeat(value[:1], num, axis=0) for name, value in drawn.items()}
@@ -430,20 +449,25 @@ def latent_walk(task, num, seed, keyframes, truncation=None):
 
 def check_walk(num, truncation, interpolate, output=None):
     """The latent options of `sample`, checked before anything is loaded."""
-    if truncation is not None and not (
-        isinstance(truncation, (int, float))
-        and not isinstance(truncation, bool)
-        and 0 < truncation < float("inf")
-    ):
-        raise ConfigError("--truncation", f"must be a positive number. Received: {truncation!r}")
+    if truncation is not None:
+        try:
+            positive = as_number(truncation, "--truncation") > 0
+        except ConfigError:  # not a number, or one beyond any float
+            positive = False
+        if not positive:
+            received = shown(truncation)
+            raise ConfigError("--truncation", f"must be a positive number. Received: {received}")
     if interpolate is not None and not (
         isinstance(interpolate, int) and not isinstance(interpolate, bool) and 2 <= interpolate
     ):
-        raise ConfigError("--interpolate", f"must be at least 2 latents. Received: {interpolate!r}")
+        raise ConfigError(
+            "--interpolate", f"must be at least 2 latents. Received: {shown(interpolate)}"
+        )
     if interpolate is not None and num is not None and interpolate > num:
         raise ConfigError(
             "--interpolate",
-            f"walks through {interpolate} latents in --num {num} samples: at most one a sample",
+            f"walks through {shown(interpolate)} latents in --num {num} samples: at most one a "
+            "sample",
         )
     if output is not None and Path(output).suffix.lower() == ".gif" and interpolate is None:
         raise ConfigError("--output", ".gif (an animation) is for --interpolate walks")

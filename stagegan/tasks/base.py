@@ -323,14 +323,23 @@ class Task:
         return Sizes([], [], MEASURED, ())
 
     def check_memory(
-        self, batch_size, counts=(), chunk=None, chunk_key="eval.batch_size", batch_key="batch_size"
+        self,
+        batch_size,
+        counts=(),
+        chunk=None,
+        chunk_key="eval.batch_size",
+        batch_key="batch_size",
+        factors=None,
     ):
         """Refuse network sizes, a batch, and sample or evaluation counts whose memory
         would not fit (`stagegan.config.memory.check_memory`), before any is allocated.
 
         Args:
             batch_size: the global batch (the largest a stage draws), named `batch_key`.
-            counts: `(key, count)` of the sample and evaluation counts to check.
+            counts: `(key, count)` of the sample and evaluation counts to check, or `(key,
+                count, default)` where the count's usual value is not the task's.
+            factors: `{key: (value, default)}`: other options each count was multiplied
+                by (`project --restarts`), which the message may blame instead.
             chunk: samples per forward pass when sampling or evaluating (`eval.batch_size`,
                 `--batch-size`), if they may be more than `batch_size`: the activations are
                 those of the larger batch (up to the largest count), named `chunk_key`.
@@ -350,7 +359,7 @@ class Task:
         parameters, activations = sizes.parameters, sizes.activations
         counts = list(counts)
         if chunk is not None and counts:
-            chunk = min(chunk, max(count for _, count in counts))
+            chunk = min(chunk, max(count for _, count, *_ in counts))
             if chunk > batch_size:
                 batch_size, batch_key = chunk, chunk_key
         values = {batch_key: (batch_size, BATCH_SIZE)}
@@ -358,9 +367,10 @@ class Task:
             for name, default in self.defaults.get(section, {}).items():
                 values[f"{section}.{name}"] = (self.options[section][name], default)
         usual = registry.usual_count(registry.task_metrics(self)) if counts else None
-        for key, count in counts:
+        for key, count, *given in counts:
             default = self.sample_count if key in ("samples.count", "--num") else usual
-            values[key] = (count, default)
+            values[key] = (count, given[0] if given else default)
+        values.update(factors or {})
         total = sum(count for _, count in parameters)
         # (the keys a part grows with, its bytes, what it is)
         parts = [(keys, count * PARAMETER_BYTES, None) for keys, count in parameters]
@@ -370,9 +380,8 @@ class Task:
             for keys, count in activations
         ]
         per_sample = sample_floats(self, sizes) if counts else 0
-        for key, count in counts if per_sample is not None else ():
-            words = f"{format_count(count)} samples held at once ({key})"
-            parts.append(((key, *sizes.sample_keys), count * per_sample * SAMPLE_BYTES, words))
+        if per_sample is not None:
+            parts += _sample_parts(counts, factors or {}, per_sample, sizes.sample_keys)
 
         if not parts:  # a task that says nothing of its sizes, before its networks exist
             return False
@@ -719,3 +728,20 @@ def positive(options, section, key):
     if value <= 0:
         raise ConfigError(f"{section}.{key}", f"must be positive. Received: {value!r}")
     return value
+
+
+def _sample_parts(counts, factors, per_sample, sample_keys):
+    """The memory parts of samples held at once: `(keys, bytes, words)` per count of
+    `counts` (`(key, count, ...)`), multiplied by the `factors`' values (`{key: (value,
+    default)}`), each sample `per_sample` floats."""
+    from stagegan.config.memory import format_count
+
+    parts = []
+    for key, count, *_ in counts:
+        held = count
+        for value, _ in factors.values():
+            held *= value
+        named = " x ".join((key, *factors))
+        words = f"{format_count(held)} samples held at once ({named})"
+        parts.append(((key, *factors, *sample_keys), held * per_sample * SAMPLE_BYTES, words))
+    return parts
