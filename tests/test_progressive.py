@@ -245,7 +245,7 @@ def test_bad_progressive_settings_are_one_line(change, key, tmp_path):
 
 
 def test_the_64px_schedule_is_the_measured_one_on_the_presets_updates():
-    """stages/progressive64.yaml, the schedule docs/recipes.md measured at 64 px
+    """stages/progressive64.yaml, the schedule benchmarks/results/progressive.md measured at 64 px
     (`benchmarks/progressive.py --to 64 --steps 400,300,...`): 4 px for 400 steps, then a
     transition and a stage of 300 per doubling, on pggan_folder's updates and optimizers."""
     config = load_config("pggan_folder", ["data.size=64", "stages=progressive64"])
