@@ -5,8 +5,8 @@ the same run.
 
     python benchmarks/arch_cost.py [--widths dcgan=64,resnet=16] [--sizes 32,64,128]
 
-The rows are what `benchmarks/results/colour_folders.md` quotes for each preset's cost; on a GPU the same script
-gives the GPU numbers.
+The rows are what `benchmarks/results/colour_folders.md` quotes for each preset's cost; on a
+GPU the same script gives the GPU numbers.
 """
 
 import argparse

@@ -16,10 +16,10 @@ Both hold out `--holdout` of the folder and are scored as `colour.py` scores its
 (`eval --features selfsup --memorisation`, and px_fd on 8x8-pooled pixels), against the
 held-out images. `--set KEY=VALUE` applies to both arms (e.g. data.size=64 with the stages
 fade64 and r64 appended by `--to 64`; `--to 16` cuts the stages above 16 px); `--steps
-400,300,...` gives each stage of that schedule its length (the 64 px comparison of
-benchmarks/results/progressive.md: `--to 64 --steps 400,300,300,300,300,300,300,300,300`). One JSON row
-per run. `--against batches` compares the progressive arm with the same stages drawing twice
-the batch below the final resolution for half their steps (`stages[i].batch_size`).
+400,300,...` gives each stage of that schedule its length (the 64 px comparison
+of benchmarks/results/progressive.md: `--to 64 --steps 400,300,300,300,300,300,300,300,300`).
+One JSON row per run. `--against batches` compares the progressive arm with the same stages
+drawing twice the batch below the final resolution for half their steps (`stages[i].batch_size`).
 """
 
 import argparse
