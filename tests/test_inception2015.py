@@ -159,13 +159,16 @@ def test_the_graph_gets_uint8_levels_and_resizes_them_itself(graph_file):
 def test_batches_of_colour_images_through_an_evaluation(graph_file):
     # More than one image per call although the graph's ExpandDims says batch 1, in
     # `batch_size` chunks, and the features named in the result.
+    # Images whose uint8 levels are known by construction: x * 127.5 + 128 = level + u, with
+    # u in [0.1, 0.4], truncates to the level (and x stays inside [-1, 1]).
     rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, size=(5, 3, 5, 3)).astype(np.float32)
+    levels = rng.integers(1, 256, size=(5, 3, 5, 3))
+    images = ((levels - 128 + rng.uniform(0.1, 0.4, levels.shape)) / 127.5).astype(np.float32)
     task = types.SimpleNamespace(name="stub", data={}, metrics=())
     trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
     spec = f"inception2015:{graph_file}"
     run = evaluate.Evaluation(trainer, None, count=5, features=spec, batch_size=2)
-    expected = legacy_bilinear(extractors.to_uint8(images), SIDE)
+    expected = legacy_bilinear(levels, SIDE)
     features = run.features(images)
     assert features.shape == (5, SIDE * SIDE * 3)
     np.testing.assert_allclose(pixels_of(features), expected, atol=1e-3)
