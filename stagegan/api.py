@@ -103,11 +103,18 @@ def train(
     """Train a new run to its end; returns its `Run`.
 
     Args:
-        config: a preset name, a YAML path, a dict, a `RunConfig`, or None (the default).
-        overrides: `key.path=value` strings, or `{key path: value}`.
-        run_dir: the new run folder (None: the next `runs/<name>-N`).
-        init_from, init_checkpoint, init_only: a warm start (`train --init-from`).
-        quiet: no log lines (else they go to stdout, as the CLI prints them).
+        config (str | os.PathLike | dict | RunConfig | None): a preset name, a YAML path, a
+            dict, a `RunConfig`, or None (the default).
+        overrides (Sequence[str] | dict): `key.path=value` strings, or `{key path: value}`.
+        run_dir (str | os.PathLike | None): the new run folder (None: the next
+            `runs/<name>-N`).
+        init_from (str | os.PathLike | None): a warm start from this run folder's newest
+            checkpoint (`train --init-from`); None: a cold start.
+        init_checkpoint (int | None): with `init_from`: its checkpoint at this global step
+            instead (`--init-checkpoint`).
+        init_only (str | Sequence[str] | None): with `init_from`: copy only the variables
+            matching this glob pattern, or these (`--init-only`).
+        quiet (bool): no log lines (else they go to stdout, as the CLI prints them).
 
     Raises:
         stagegan.Error: bad input, an argument of the wrong type included (nothing is
@@ -190,7 +197,7 @@ class Run:
     """A run folder: its config, metrics, checkpoints, samples and evaluations.
 
     Args:
-        path: the run folder.
+        path (str | os.PathLike): the run folder.
     """
 
     @_api_errors

@@ -64,9 +64,31 @@ def test_parses_into_records_with_defaults():
 
 
 def test_saved_config_round_trips():
-    config = parse_config(base())
-    again = parse_config(yaml.safe_load(config.to_yaml()))
-    assert again.stages == config.stages and again.optimizers == config.optimizers
+    """`config.yaml` holds the values given and the defaults spelled out, and reading it back
+    gives the same record, every field of it (the resolved `raw` included)."""
+    given = {
+        "seed": 7,
+        "ema": {"decay": 0.9},
+        "eval": {"every": 10, "count": 50},
+        "samples": None,
+        "checkpoint": {"every": 5, "keep": 2},
+        "log": {"every": 2, "tensorboard": False},
+    }
+    config = parse_config(base(**given))
+    saved = yaml.safe_load(config.to_yaml())  # read back by plain PyYAML
+    assert [saved[k] for k in ("name", "task", "seed", "batch_size")] == ["t", "mog2d", 7, 8]
+    assert saved["samples"] is None and saved["init"] is None
+    assert saved["ema"] == {"decay": 0.9, "start": 0, "network": "generator"}
+    unset = {"features": None, "batch_size": None, "metrics": None}
+    assert saved["eval"] == {"every": 10, "count": 50, **unset}
+    assert saved["checkpoint"] == {"every": 5, "keep": 2, "keep_best": None}
+    log = saved["log"]
+    assert (log["every"], log["tensorboard"], log["histograms"]) == (2, False, 0)
+    assert saved["optimizers"] == {"d": {"type": "sgd", "learning_rate": 0.1}}
+    assert saved["stages"] == base()["stages"]  # as given: nothing added, nothing lost
+    again = parse_config(saved)
+    assert again == config
+    assert (again.seed, again.ema.decay, again.eval.count, again.checkpoint.keep) == (7, 0.9, 50, 2)
 
 
 def test_stage_file_by_name_brings_its_optimizers():

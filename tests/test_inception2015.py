@@ -19,8 +19,8 @@ import tensorflow as tf
 from clihelp import assert_user_error, inprocess
 
 from stagegan.errors import ConfigError
-from stagegan.evaluation import evaluate as evaluation
-from stagegan.evaluation import metrics
+from stagegan.evaluation import evaluate, metrics
+from stagegan.evaluation import features as extractors
 
 SIDE = 4  # the graph resizes to SIDE x SIDE (299 in the real one)
 # The batch normalisation's constants, per channel: (y - MEAN) * rsqrt(VARIANCE + EPSILON) *
@@ -78,7 +78,7 @@ def pixels_of(features, scale=SCALE):
 def stand_in_width(monkeypatch):
     """The stand-in graph's `pool_3` has SIDE * SIDE * 3 features where the real one has 2048:
     the loader checks the width it is told (a test below keeps the real one)."""
-    monkeypatch.setattr(evaluation, "INCEPTION_2015_FEATURES", SIDE * SIDE * 3)
+    monkeypatch.setattr(extractors, "INCEPTION_2015_FEATURES", SIDE * SIDE * 3)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def graph_file(tmp_path_factory):
 def test_images_in_minus_one_to_one_become_the_uint8_levels_stylegan2_ada_feeds():
     # x * 127.5 + 128, clipped to [0, 255], truncated.
     x = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, -1.3, 1.2, 0.999], np.float32).reshape(1, 2, 4, 1)
-    pixels = evaluation.to_uint8(x)
+    pixels = extractors.to_uint8(x)
     assert pixels.dtype == np.uint8 and pixels.shape == (1, 2, 4, 3)  # grey repeated to RGB
     for channel in range(3):
         np.testing.assert_array_equal(
@@ -102,7 +102,7 @@ def test_images_in_minus_one_to_one_become_the_uint8_levels_stylegan2_ada_feeds(
     levels = np.arange(256, dtype=np.uint8)
     scaled = tf.cast(levels, tf.float32).numpy() / 127.5 - 1.0
     np.testing.assert_array_equal(
-        evaluation.to_uint8(scaled.reshape(1, 16, 16, 1))[..., 0].ravel(), levels
+        extractors.to_uint8(scaled.reshape(1, 16, 16, 1))[..., 0].ravel(), levels
     )
 
 
@@ -143,12 +143,12 @@ def legacy_bilinear(pixels, side):
 
 
 def test_the_numpy_reference_resize_is_the_hand_computed_one():
-    pixels = evaluation.to_uint8(GREY)
+    pixels = extractors.to_uint8(GREY)
     np.testing.assert_array_equal(legacy_bilinear(pixels, SIDE)[0, ..., 1], GREY_RESIZED)
 
 
 def test_the_graph_gets_uint8_levels_and_resizes_them_itself(graph_file):
-    extract = evaluation.load_extractor(f"inception2015:{graph_file}", "--features")
+    extract = extractors.load_extractor(f"inception2015:{graph_file}", "--features")
     features = extract(GREY)
     assert features.shape == (1, SIDE * SIDE * 3)
     pixels = pixels_of(features)[0]
@@ -159,13 +159,16 @@ def test_the_graph_gets_uint8_levels_and_resizes_them_itself(graph_file):
 def test_batches_of_colour_images_through_an_evaluation(graph_file):
     # More than one image per call although the graph's ExpandDims says batch 1, in
     # `batch_size` chunks, and the features named in the result.
+    # Images whose uint8 levels are known by construction: x * 127.5 + 128 = level + u, with
+    # u in [0.1, 0.4], truncates to the level (and x stays inside [-1, 1]).
     rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, size=(5, 3, 5, 3)).astype(np.float32)
+    levels = rng.integers(1, 256, size=(5, 3, 5, 3))
+    images = ((levels - 128 + rng.uniform(0.1, 0.4, levels.shape)) / 127.5).astype(np.float32)
     task = types.SimpleNamespace(name="stub", data={}, metrics=())
     trainer = types.SimpleNamespace(task=task, ema=None, added_metrics=())
     spec = f"inception2015:{graph_file}"
-    run = evaluation.Evaluation(trainer, None, count=5, features=spec, batch_size=2)
-    expected = legacy_bilinear(evaluation.to_uint8(images), SIDE)
+    run = evaluate.Evaluation(trainer, None, count=5, features=spec, batch_size=2)
+    expected = legacy_bilinear(levels, SIDE)
     features = run.features(images)
     assert features.shape == (5, SIDE * SIDE * 3)
     np.testing.assert_allclose(pixels_of(features), expected, atol=1e-3)
@@ -176,7 +179,7 @@ def test_the_2015_batch_norm_and_the_batch_1_shapes_are_upgraded(graph_file, tmp
     graph_def = tf.compat.v1.GraphDef()
     graph_def.ParseFromString(graph_file.read_bytes())
     assert any("_output_shapes" in node.attr for node in graph_def.node)
-    upgraded = evaluation.upgrade_graph_def(graph_def)
+    upgraded = extractors.upgrade_graph_def(graph_def)
     assert not any("_output_shapes" in node.attr for node in upgraded.node)
     assert {node.op for node in graph_def.node} - {node.op for node in upgraded.node} == {
         "BatchNormWithGlobalNormalization"
@@ -184,7 +187,7 @@ def test_the_2015_batch_norm_and_the_batch_1_shapes_are_upgraded(graph_file, tmp
     assert [n.op for n in upgraded.node if n.name == "bn"] == ["Add"]  # consumers keep it
     # Without scale_after_normalization, gamma is left out: the scale is rsqrt(v + eps).
     plain = write_graph(tmp_path / "plain.pb", scale_after=False)
-    features = evaluation.load_extractor(f"inception2015:{plain}", "--features")(GREY)
+    features = extractors.load_extractor(f"inception2015:{plain}", "--features")(GREY)
     pixels = pixels_of(features, scale=np.array([0.5, 1.0, 0.25]))[0]
     for channel in range(3):
         np.testing.assert_allclose(pixels[..., channel], GREY_RESIZED, atol=1e-4)
@@ -192,7 +195,7 @@ def test_the_2015_batch_norm_and_the_batch_1_shapes_are_upgraded(graph_file, tmp
 
 def test_a_matching_sha256_loads(graph_file):
     digest = hashlib.sha256(graph_file.read_bytes()).hexdigest()
-    extract = evaluation.load_extractor(f"inception2015:{graph_file}#sha256={digest}", "x")
+    extract = extractors.load_extractor(f"inception2015:{graph_file}#sha256={digest}", "x")
     assert extract(GREY).shape == (1, SIDE * SIDE * 3)
 
 
@@ -217,7 +220,7 @@ def test_bad_graph_files_name_the_flag_and_what_is_wrong(graph_file, tmp_path):
     ]
     huge = tmp_path / "huge.pb"  # sparse: refused by its size, before a byte is read
     with open(huge, "wb") as f:
-        f.truncate(evaluation.INCEPTION_2015_MAX_BYTES + 1)
+        f.truncate(extractors.INCEPTION_2015_MAX_BYTES + 1)
     fifo = tmp_path / "fifo.pb"
     os.mkfifo(fifo)  # would block the read if opened as a file
     cases += [
@@ -226,22 +229,22 @@ def test_bad_graph_files_name_the_flag_and_what_is_wrong(graph_file, tmp_path):
     ]
     for path, words, hinted in cases:
         with pytest.raises(ConfigError, match=words) as caught:
-            evaluation.load_extractor(f"inception2015:{path}", "--features")
+            extractors.load_extractor(f"inception2015:{path}", "--features")
         assert caught.value.key == "--features"
         assert "\n" not in str(caught.value)
         assert ("inception-2015-12-05.tgz" in str(caught.value)) == hinted
         assert "eval: null" not in str(caught.value)  # that hint is for the config key
     with pytest.raises(ConfigError, match="eval: null") as caught:
-        evaluation.load_extractor(f"inception2015:{garbage}", "eval.features")
+        extractors.load_extractor(f"inception2015:{garbage}", "eval.features")
     assert caught.value.key == "eval.features"
 
 
 def test_a_graph_with_the_names_but_not_2048_features_is_refused(graph_file, monkeypatch):
     """Node names are not enough: `pool_3` must give [N, 1, 1, 2048] floats (here the real
     width, which the stand-in's 48 features are not)."""
-    monkeypatch.setattr(evaluation, "INCEPTION_2015_FEATURES", 2048)
+    monkeypatch.setattr(extractors, "INCEPTION_2015_FEATURES", 2048)
     with pytest.raises(ConfigError) as caught:
-        evaluation.load_extractor(f"inception2015:{graph_file}", "--features")
+        extractors.load_extractor(f"inception2015:{graph_file}", "--features")
     assert caught.value.key == "--features"
     assert "pool_3:0 gives float32 [2, 1, 1, 48] for 2 images, not [2, 1, 1, 2048]" in str(
         caught.value

@@ -269,7 +269,7 @@ def test_a_resume_repairs_a_best_tag_left_on_two_checkpoints(tmp_path):
     resume from the new one leaves it there alone (the old keeps its periodic slot)."""
     from stagegan.config.schema import KeepBest
     from stagegan.runfolder.checkpoints import CheckpointStore
-    from stagegan.training.loop import BestKeeper
+    from stagegan.training.checkpointing import BestKeeper
 
     folder = tmp_path / "checkpoints"
     folder.mkdir()

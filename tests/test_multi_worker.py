@@ -193,7 +193,7 @@ def test_a_killed_worker_stops_the_chief_with_one_line(tmp_path):
     ],
 )
 def test_the_lost_peer_is_named_from_either_of_tensorflows_errors(message, who):
-    from stagegan.training.loop import describe_peer_error
+    from stagegan.training.watchdogs import describe_peer_error
 
     line = describe_peer_error(tf_errors.UnavailableError(None, None, message))
     assert line.startswith(f"lost contact with {who}: ") and "\n" not in line, line
@@ -211,7 +211,7 @@ def test_sample_from_a_multi_worker_run_needs_no_cluster(launched, capfd, tmp_pa
 def test_a_step_s_deadline_follows_the_steps_before_within_bounds():
     """At least the timeout T, three times the median step time, at most 3 T; a patient step
     (after extra work somewhere) gets 3 T; a step function's first run is not watched."""
-    from stagegan.training.loop import PeerDeadline
+    from stagegan.training.watchdogs import PeerDeadline
 
     deadline = PeerDeadline(2.0, None)
     deadline.step_started(1)
@@ -235,9 +235,9 @@ import sys
 import time
 from stagegan.cli.main import import_tensorflow
 import_tensorflow()  # as the CLI does: descriptor 2 goes to /dev/null
-from stagegan.training import loop
-from stagegan.training.loop import PeerDeadline
-loop.TEMPORARY.append(sys.argv[1])  # a worker's temporary run folder: removed on the way out
+from stagegan.training import watchdogs
+from stagegan.training.watchdogs import PeerDeadline
+watchdogs.TEMPORARY.append(sys.argv[1])  # a worker's temporary run folder: removed on the way out
 line = lambda number, waited, newest: f"step {number} waited {waited >= 0.5}; {newest}"
 with PeerDeadline(0.5, line, "the last checkpoint is step 10") as d:
     d.step_started(12)

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from stagegan.errors import ConfigError
 from stagegan.evaluation import evaluate as evaluation
+from stagegan.evaluation import features as extractors
 from stagegan.evaluation import metrics, realism
 
 
@@ -334,7 +335,7 @@ def test_offline_inception_falls_back_to_selfsup_on_the_real_images(blobs, monke
         trained_on.append((images, seed))
         return train(images, seed, steps=5)
 
-    monkeypatch.setattr(evaluation, "_inception", offline)
+    monkeypatch.setattr(extractors, "_inception", offline)
     monkeypatch.setattr(realism, "selfsup_extractor", quick_selfsup)
     monkeypatch.setattr(evaluation.log, "propagate", True)  # the CLI may have turned it off
     task = ImageTaskStub(blobs)

@@ -187,10 +187,10 @@ def test_ema_samples_are_marked_in_the_manifest(tmp_path):
 
 
 def test_pictures_and_evaluations_share_one_quantisation():
-    from stagegan.evaluation import evaluate
+    from stagegan.evaluation import features
     from stagegan.runfolder import pictures
 
-    assert evaluate.to_uint8 is pictures.to_uint8
+    assert features.to_uint8 is pictures.to_uint8
     x = np.array([-3.0, -1.0, -1.0 + 0.5 / 127.5, 0.0, 1.0, 1.2], np.float32).reshape(1, 6, 1, 1)
     # x * 127.5 + 128 truncated: halves go up (1.0 -> 1), the ends clip.
     assert pictures.to_uint8(x)[0, :, 0, 0].tolist() == [0, 0, 1, 128, 255, 255]

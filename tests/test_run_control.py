@@ -329,7 +329,7 @@ def test_built_in_tasks_log_accuracy_beside_their_discriminator_loss():
 STUCK = """
 import sys
 from stagegan.cli.main import main
-from stagegan.training.loop import StopSignals
+from stagegan.training.watchdogs import StopSignals
 StopSignals.GRACE = 2.0  # the test's patience; 10 s in a real run
 sys.exit(main(sys.argv[1:]))
 """

@@ -619,17 +619,29 @@ def test_in_train_eval_problems_stop_the_run_before_its_folder_exists(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
-def test_eval_settings_may_change_on_resume(tmp_path):
+def test_eval_settings_may_change_on_resume():
+    """Each `eval` change is accepted as exactly the change made (`{key: (before, after)}`);
+    the run's `batch_size` (64 in the preset) is refused, naming it."""
     from stagegan.config.schema import load_config
     from stagegan.run.resume import check_changes
 
     old = load_config("wgan_gp_shapes", ["eval={every: 100}"])
-    for change in ("eval=null", "eval.count=500", "eval.features=inception", "eval.every=0"):
+    for change, expected in (
+        ("eval.count=500", {"eval.count": (None, 500)}),
+        ("eval.features=inception", {"eval.features": (None, "inception")}),
+        ("eval.every=0", {"eval.every": (100, 0)}),
+    ):
         new = load_config("wgan_gp_shapes", ["eval={every: 100}", change])
-        assert check_changes(old, new, step=50), change
+        assert check_changes(old, new, step=50) == expected, change
+    # Turned off: the whole section goes, from what it was to null.
+    changes = check_changes(old, load_config("wgan_gp_shapes", ["eval=null"]), step=50)
+    assert list(changes) == ["eval"]
+    before, after = changes["eval"]
+    assert before["every"] == 100 and before["count"] is None and after is None
     new = load_config("wgan_gp_shapes", ["eval={every: 100}", "batch_size=32"])
-    with pytest.raises(Exception, match="cannot change on resume"):
+    with pytest.raises(ConfigError, match="^batch_size: cannot change on resume") as caught:
         check_changes(old, new, step=50)
+    assert caught.value.key == "batch_size"
 
 
 def test_evaluation_and_sampling_in_chunks_match_one_pass(completion, mog, tmp_path, monkeypatch):

@@ -166,7 +166,7 @@ def worker_cluster():
     return task_type, index, chief
 
 
-# A multi-worker step may wait at most PATIENCE timeouts for a peer (`loop.PeerDeadline`);
+# A multi-worker step may wait at most PATIENCE timeouts for a peer (`watchdogs.PeerDeadline`);
 # TensorFlow's own collective deadline is past that (TF_DEADLINE timeouts), so stagegan acts
 # first (`placement._multi_worker_strategy`).
 PATIENCE = 3

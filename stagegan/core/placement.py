@@ -299,7 +299,7 @@ def _local_strategy(name, towers, variables):
 
 def _multi_worker_strategy():
     worker_cluster()  # a clear error for a missing or broken TF_CONFIG
-    # TensorFlow's own deadline is past the longest of stagegan's (`loop.PeerDeadline`): when
+    # TensorFlow's own deadline is past the longest of stagegan's (`watchdogs.PeerDeadline`): when
     # a peer stops answering, the loop ends the process first. TensorFlow's abort of a
     # collective whose receive from the silent peer is still pending can free the
     # operation's cancellation manager before that receive's gRPC call completes, which then

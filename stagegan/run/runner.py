@@ -19,7 +19,7 @@ from stagegan.run.reading import evaluate_run, read_clusters, restore_run, sampl
 from stagegan.run.resume import commit, restore
 from stagegan.run.warmstart import warm_start
 from stagegan.runfolder.dirs import RunFolder
-from stagegan.training import loop
+from stagegan.training import watchdogs
 from stagegan.training.loop import build_evaluation, train
 from stagegan.training.trainer import Trainer
 
@@ -132,11 +132,11 @@ def worker(trainer, run_dir):
         log=dataclasses.replace(config.log, tensorboard=False, histograms=0, progress="lines"),
     )
     with tempfile.TemporaryDirectory(prefix="stagegan-worker-") as folder:
-        loop.TEMPORARY.append(folder)  # removed too if a peer's loss ends the process at once
+        watchdogs.TEMPORARY.append(folder)  # removed too if a peer's loss ends the process at once
         try:
             train(trainer, Path(folder), run_name=run_dir, chief_config=config)
         finally:
-            loop.TEMPORARY.remove(folder)
+            watchdogs.TEMPORARY.remove(folder)
     return Path(run_dir) if run_dir else None
 
 

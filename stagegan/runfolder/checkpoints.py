@@ -44,7 +44,7 @@ def _number(value, integer=False):
 
 def records_problem(entry):
     """What is wrong with the records an index entry carries beside its files (the train
-    loop's `best`, `until` and `log_pending`, see `stagegan.training.loop`), or None."""
+    loop's `best`, `until` and `log_pending`, see `stagegan.training.checkpointing`), or None."""
     for field, check in (("best", _best_problem), ("until", _until_problem)):
         if entry.get(field) is not None:
             problem = check(entry[field], entry["step"])
@@ -63,7 +63,7 @@ def records_problem(entry):
 
 
 def _best_problem(best, at):
-    """`checkpoint.keep_best`'s record (`loop.BestKeeper.state`) at global step `at`."""
+    """`checkpoint.keep_best`'s record (`checkpointing.BestKeeper.state`) at global step `at`."""
     if not isinstance(best, dict) or not isinstance(best.get("metric"), str):
         return f"best {best!r} is not a keep_best record"
     value, step = best.get("value"), best.get("step")

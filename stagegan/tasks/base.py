@@ -182,9 +182,9 @@ class Task:
     """Base class of tasks. See the module docstring for the interface.
 
     Args:
-        options: `{"data": {...}, "model": {...}, "loss": {...}}` from the run config; merged
-            over `defaults` and checked (unknown keys and wrong types are config errors).
-        rngs: the run's `RandomStreams`.
+        options (dict): `{"data": {...}, "model": {...}, "loss": {...}}` from the run config;
+            merged over `defaults` and checked (unknown keys and wrong types are config errors).
+        rngs (RandomStreams): the run's `RandomStreams`.
     """
 
     name = "task"
@@ -335,18 +335,20 @@ class Task:
         would not fit (`stagegan.config.memory.check_memory`), before any is allocated.
 
         Args:
-            batch_size: the global batch (the largest a stage draws), named `batch_key`.
-            counts: `(key, count)` of the sample and evaluation counts to check, or `(key,
-                count, default)` where the count's usual value is not the task's.
-            factors: `{key: (value, default)}`: other options each count was multiplied
-                by (`project --restarts`), which the message may blame instead.
-            chunk: samples per forward pass when sampling or evaluating (`eval.batch_size`,
-                `--batch-size`), if they may be more than `batch_size`: the activations are
-                those of the larger batch (up to the largest count), named `chunk_key`.
+            batch_size (int): the global batch (the largest a stage draws), named `batch_key`.
+            counts (Iterable[tuple]): `(key, count)` of the sample and evaluation counts to
+                check, or `(key, count, default)` where the count's usual value is not the
+                task's.
+            chunk (int | None): samples per forward pass when sampling or evaluating
+                (`eval.batch_size`, `--batch-size`), if they may be more than `batch_size`:
+                the activations are those of the larger batch (up to the largest count),
+                named `chunk_key`.
+            factors (dict | None): `{key: (value, default)}`: other options each count was
+                multiplied by (`project --restarts`), which the message may blame instead.
 
         Returns:
-            Whether the counts were checked (False when a sample's size is not known yet:
-            a task of the user's, before its networks are built).
+            (bool): Whether the counts were checked (False when a sample's size is not known
+                yet: a task of the user's, before its networks are built).
 
         Raises:
             ConfigError: on the key that most makes the largest part that large: of the
