@@ -4,8 +4,9 @@
   how much of the generated feature set lies where real features are (fidelity), and how much
   of the real set the generated one reaches (diversity), from k-nearest-neighbour balls.
 * `sample_diversity`: how varied the samples are against the real images, as the ratio of
-  their mean nearest-neighbour distances, per class for a conditional GAN (mode collapse
-  within a class shows as a ratio near 0).
+  their mean nearest-neighbour distances, per class for a conditional GAN: samples alike
+  (one picture whatever the latent) show as a ratio near 0. Dropped modes whose samples still
+  vary do not (that is recall's, coverage's and a mode count's to see).
 * `c2st`: a classifier two-sample test (Lopez-Paz & Oquab 2017) on the images themselves.
 * `selfsup_extractor`: features for any image data, from a small network trained on the
   run's own real images to predict their rotation (Gidaris et al. 2018).
@@ -116,8 +117,11 @@ def _check_k(k, *sets):
 
 # Sample diversity ----------------------------------------------------------------------------
 
-# Below this, a class's samples count as collapsed (one warning line names them): halfway
-# between 1 (as varied as its real images) and 0 (all alike).
+# Below this, a class's samples count as collapsed (one warning line names them). Measured
+# on Stacked MNIST in selfsup features, 2,000 of each, 20 clusters (docs/config.md): two draws
+# of real images 0.94-1.09 a cluster; real stacks of only 10, 3 or 1 of the 1,000 modes (every
+# image a new one) 0.89-0.92; near-copies of 100 images 0.05; dcgan_clusters after 1,500 steps,
+# one picture a cluster, 0.15-0.23 a cluster (0.16-0.44 with rpgan, R1, R2 and mbstd).
 COLLAPSED = 0.5
 # Points of each set (each class) the ratio is computed on: the first ones, as many of both,
 # which is all the ratio needs; bounds the cost (all 10,000 of an unconditional evaluation
