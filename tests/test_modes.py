@@ -110,6 +110,12 @@ def test_rpgan_r2_and_mode_seeking_through_packing_and_classes_by_hand():
     assert float(alone["g_loss"]) == pytest.approx((sp(3.5 - 7.5) + sp(13.5 - 15.5)) / 2, rel=1e-5)
 
 
+def test_r1_alone_generates_nothing():
+    task = hand_task()
+    task.generator = None  # a call would fail: R1 (a lazy update's) needs only the reals
+    assert float(adversarial_losses(task, BATCH, ("r1",))["r1"]) == pytest.approx(15.0)
+
+
 def test_a_non_relativistic_generator_loss_takes_the_generated_outputs_only():
     out = adversarial_losses(hand_task("hinge"), BATCH, ("g_loss",))
     assert float(out["g_loss"]) == pytest.approx(-(7.5 + 15.5) / 2)

@@ -672,7 +672,9 @@ def adversarial_losses(task, batch, terms):
         else:
             out["g_loss"] = task.g_loss(generated)
     if {"gradient_penalty", "r1", "r2"} & set(terms):
-        out.update(_penalties(terms, (real_critic, fake_critic), x, fake, batch.get("epsilon"), m))
+        generated = fake if {"gradient_penalty", "r2"} & set(terms) else None  # R1 alone: none
+        critics = (real_critic, fake_critic)
+        out.update(_penalties(terms, critics, x, generated, batch.get("epsilon"), m))
     if "mode_seeking" in terms:
         out["mode_seeking"] = losses.mode_seeking(fake, batch["z"])
     return out
@@ -681,7 +683,7 @@ def adversarial_losses(task, batch, terms):
 def _penalties(terms, critics, x, fake, epsilon, m):
     """The requested gradient penalties of `adversarial_losses`, on the packs of `x`, `fake`."""
     (real_critic, fake_critic), out = critics, {}
-    real, fake = pack(x, m), pack(fake, m)
+    real, fake = pack(x, m), None if fake is None else pack(fake, m)
     if "gradient_penalty" in terms:
         epsilon = tf.reshape(epsilon, [-1, m])[:, 0]  # one weight per pack
         out["gradient_penalty"] = losses.gradient_penalty(real_critic, real, fake, epsilon)
