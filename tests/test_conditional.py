@@ -257,10 +257,14 @@ def test_eval_reports_fid_and_kid_per_class(folder_run):
     inputs, _ = trainer.task.sample_inputs(24, 0)
     fake = trainer.task.generator([inputs["z"], labels], training=False).numpy()
     mid = labels == 2
-    by_hand = metrics.frechet_distance(
-        evaluation.features(real[mid]), evaluation.features(fake[mid])
-    )
+    real_mid, fake_mid = evaluation.features(real[mid]), evaluation.features(fake[mid])
+    by_hand = metrics.frechet_distance(real_mid, fake_mid)
     assert reported["fid/mid"] == pytest.approx(by_hand, rel=1e-4)
+    # diversity/mid: the 8 samples' mean nearest-other distance over the 8 real images'
+    spread = lambda f: np.mean([np.sort(np.linalg.norm(f - row, axis=1))[1] for row in f])
+    assert reported["diversity/mid"] == pytest.approx(spread(fake_mid) / spread(real_mid), rel=1e-4)
+    ratios = {name: reported[f"diversity/{name}"] for name in ("dark", "light", "mid")}
+    assert reported["diversity_worst_class"] == min(ratios, key=ratios.get)
 
 
 def test_class_samples_of_an_unconditional_run_are_refused_naming_the_key():

@@ -1,4 +1,5 @@
-"""Building blocks of the built-in discriminators: spectral normalisation and packing.
+"""Building blocks of the built-in discriminators: spectral normalisation, packing and the
+minibatch standard deviation.
 
 Spectral normalisation (Miyato et al. 2018) divides a layer's kernel by an estimate of its
 largest singular value in the forward pass. Keras's own `SpectralNormalization` wrapper is not
@@ -20,6 +21,10 @@ smaller graph to trace.
 Packing (PacGAN, Lin et al. 2018) shows the discriminator `m` samples at once, all real or all
 generated: consecutive samples of a batch are concatenated along the feature axis (the last
 axis), so a batch of B samples becomes B / m packed samples.
+
+The minibatch standard deviation (PGGAN, Karras et al. 2018) gives the discriminator one more
+feature map: each group of consecutive inputs' mean standard deviation, so a batch of alike
+samples (a collapsed generator) shows as such.
 """
 
 import contextlib
@@ -75,6 +80,37 @@ def unpack(packs, m):
         rank = len(shape) + 1
         split = tf.transpose(split, [0, rank - 2, *range(1, rank - 2), rank - 1])
     return tf.reshape(split, [-1, *shape[1:-1], channels])
+
+
+def minibatch_stddev(x, group):
+    """The reference's minibatch standard deviation over groups of `group` consecutive
+    images: one more feature map, each group's mean standard deviation."""
+    n, h, w, c = tf.shape(x)[0], x.shape[1], x.shape[2], x.shape[3]
+    size = tf.minimum(group, n)
+    y = tf.reshape(x, [-1, size, h, w, c])
+    y = y - tf.reduce_mean(y, axis=1, keepdims=True)
+    y = tf.sqrt(tf.reduce_mean(tf.square(y), axis=1) + 1e-8)  # [groups, h, w, c]
+    y = tf.reduce_mean(y, axis=[1, 2, 3])  # [groups]
+    y = tf.repeat(y, size)[:, None, None, None] * tf.ones([1, h, w, 1], x.dtype)
+    return tf.concat([x, tf.cast(y, x.dtype)], axis=-1)
+
+
+class MinibatchStddev(keras.layers.Layer):
+    """`minibatch_stddev` as a layer of a functional network: [N, H, W, C] -> [N, H, W, C + 1]
+    over groups of `group` consecutive inputs (all of them when fewer)."""
+
+    def __init__(self, group=4, **kwargs):
+        super().__init__(**kwargs)
+        self.group = group
+
+    def call(self, x):
+        return minibatch_stddev(x, self.group)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], input_shape[-1] + 1)
+
+    def get_config(self):
+        return {**super().get_config(), "group": self.group}
 
 
 def _power_iteration(kernel, u):

@@ -9,8 +9,15 @@ Discriminator outputs are logits (unbounded reals). Adversarial losses come in p
     hinge            relu(1 - D(x)) + relu(1 + D(G(z)))       -D(G(z))
     wasserstein      D(G(z)) - D(x)                           -D(G(z))
     least_squares    ((D(x) - 1)^2 + D(G(z))^2) / 2           (D(G(z)) - 1)^2 / 2
+    rpgan            softplus(D(G(z)) - D(x))                 softplus(D(x) - D(G(z)))
 
 (softplus(-l) = -log sigmoid(l), so the first is the usual cross-entropy GAN loss.)
+
+`rpgan` is relativistic pairing (Jolicoeur-Martineau 2019; R3GAN, Huang et al. 2024): the i-th
+real output is compared with the i-th generated one, so its generator loss takes the real
+outputs too, `g_loss(fake_logits, real_logits)` (`relativistic(name)` says so), and only
+differences of outputs matter: its discriminator accuracy is the share of pairs it orders
+rightly (`discriminator_accuracy`).
 """
 
 import tensorflow as tf
@@ -55,13 +62,34 @@ def least_squares_g(fake):
     return 0.5 * _mean(tf.square(fake - 1.0))
 
 
+def rpgan_d(real, fake):
+    """mean softplus(D(G(z_i)) - D(x_i)) over pairs: `real` and `fake` of the same shape (R3GAN's
+    `AccumulateDiscriminatorGradients`)."""
+    return _mean(tf.nn.softplus(tf.cast(fake, tf.float32) - tf.cast(real, tf.float32)))
+
+
+def rpgan_g(fake, real=None):
+    """mean softplus(D(x_i) - D(G(z_i))) over pairs (R3GAN's `AccumulateGeneratorGradients`)."""
+    if real is None:
+        raise ValueError("rpgan's generator loss compares with real outputs: g_loss(fake, real)")
+    return _mean(tf.nn.softplus(tf.cast(real, tf.float32) - tf.cast(fake, tf.float32)))
+
+
 ADVERSARIAL = {
     "non_saturating": (non_saturating_d, non_saturating_g),
     "minimax": (non_saturating_d, minimax_g),
     "hinge": (hinge_d, negated_g),
     "wasserstein": (wasserstein_d, negated_g),
     "least_squares": (least_squares_d, least_squares_g),
+    "rpgan": (rpgan_d, rpgan_g),
 }
+RELATIVISTIC = frozenset({"rpgan"})  # g_loss(fake, real): the generator's loss needs D(x)
+
+
+def relativistic(name):
+    """Whether adversarial loss `name` pairs real and generated outputs (its `g_loss` takes
+    the real outputs too)."""
+    return name in RELATIVISTIC
 
 
 # The discriminator output at which it calls a sample real: logits (and critics) by sign;
@@ -70,10 +98,15 @@ DECISION = {"least_squares": 0.5}
 ACCURACY_TERMS = ("d_real_accuracy", "d_fake_accuracy")
 
 
-def discriminator_accuracy(real, fake, threshold=0.0):
+def discriminator_accuracy(real, fake, threshold=0.0, paired=False):
     """`{d_real_accuracy, d_fake_accuracy}`: the shares of real samples (packs) that the
-    discriminator calls real (output above `threshold`) and of generated ones it calls fake."""
+    discriminator calls real (output above `threshold`) and of generated ones it calls fake.
+    `paired` (a relativistic loss, whose outputs have no fixed level): both are the share of
+    pairs whose real output is above the generated one (ADA's r_t then reads as 2 x that - 1)."""
     real, fake = tf.cast(real, tf.float32), tf.cast(fake, tf.float32)
+    if paired:
+        ordered = _mean(real > fake)
+        return {"d_real_accuracy": ordered, "d_fake_accuracy": ordered}
     return {
         "d_real_accuracy": _mean(real > threshold),
         "d_fake_accuracy": _mean(fake <= threshold),
@@ -86,12 +119,13 @@ class AccuracyMonitor:
 
     def __init__(self, name):
         self.threshold = DECISION.get(name, 0.0)
+        self.paired = relativistic(name)
 
     def __call__(self, real, fake, terms, target=None, share=None):
         if not set(ACCURACY_TERMS) & set(terms):
             return {}
         if target is None:
-            values = discriminator_accuracy(real, fake, self.threshold)
+            values = discriminator_accuracy(real, fake, self.threshold, self.paired)
         else:
             values = targeted_accuracy(real, fake, target, self.threshold, share)
         return {k: v for k, v in values.items() if k in terms}
@@ -132,6 +166,8 @@ def targeted(name, key="loss.adversarial"):
     passes the global batch's (so that 1 and N replicas agree). It is 0 when nothing is fake.
     """
     adversarial(name, key)  # the refusal of an unknown name
+    if relativistic(name):
+        raise ConfigError(key, f"{name} pairs whole outputs; it has no per-output target")
     real_term, fake_term, generator_term = ELEMENTS[name]
 
     def d_loss(real, fake, target):
@@ -203,6 +239,31 @@ def r1_penalty(discriminator, real):
     """R1 (Mescheder et al. 2018): mean over real x of ||dD(x)/dx||^2. Weight it by gamma / 2."""
     grads = _input_gradients(discriminator, real)
     return _mean(tf.reduce_sum(tf.square(grads), axis=1))
+
+
+def r2_penalty(discriminator, fake):
+    """R2 (Mescheder et al. 2018; R3GAN's pair with R1): mean over generated x of
+    ||dD(x)/dx||^2, the samples held constant. Weight it by gamma / 2."""
+    return r1_penalty(discriminator, tf.stop_gradient(fake))
+
+
+# The generator's own terms -------------------------------------------------------------------
+
+
+def mode_seeking(images, latents, epsilon=1e-5):
+    """MSGAN's mode-seeking term (Mao et al. 2019), for samples generated in consecutive pairs
+    (2k, 2k + 1) of the same class: 1 / (ratio + epsilon), ratio = mean|G(z1) - G(z2)| /
+    mean|z1 - z2| over the pairs, the means over every element (MSGAN's `loss_lz`, epsilon
+    1e-5 as there). Minimising it pushes pairs of latents apart in image space.
+
+    Args:
+        images: [2N, ...] generated samples, pair k in rows 2k and 2k + 1.
+        latents: [2N, D] the latents they came from.
+    """
+    images, latents = tf.cast(images, tf.float32), tf.cast(latents, tf.float32)
+    apart = _mean(tf.abs(images[0::2] - images[1::2]))
+    ratio = apart / _mean(tf.abs(latents[0::2] - latents[1::2]))
+    return 1.0 / (ratio + epsilon)
 
 
 # Reconstruction ------------------------------------------------------------------------------

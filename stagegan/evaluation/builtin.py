@@ -2,16 +2,21 @@
 directions, sample counts and needs) and computed here from an `Evaluation`: a task names
 the ones it supports (`Task.metrics`) and computes none of them.
 
-* `realism`: FID, KID, precision, recall, density, coverage and c2st between generated and
-  real images (unconditional GANs; per class for a conditional one);
+* `realism`: FID, KID, precision, recall, density, coverage, c2st and diversity between
+  generated and real images (unconditional GANs; per class for a conditional one);
 * `completion`: errors and realism of completed holes (the completion task);
 * `mixture`: coverage of a 2-D Gaussian mixture (mog2d).
 """
+
+import logging
 
 import numpy as np
 import tensorflow as tf
 
 from stagegan.evaluation import metrics
+from stagegan.evaluation.realism import collapse_warning, sample_diversity
+
+log = logging.getLogger("stagegan")
 
 
 def realism(evaluation):
@@ -20,7 +25,8 @@ def realism(evaluation):
     on `evaluation.features()`, and the classifier two-sample test on the images themselves
     (`c2st`, `c2st_std`); with memorisation's numbers when asked. A conditional GAN
     generates the real images' classes and adds `fid/<class>`, `kid/<class>` per class on
-    those of that class (None for a class with fewer than 4 among the `count`)."""
+    those of that class (None for a class with fewer than 4 among the `count`), and the
+    samples' diversity against the real images' (`diversity`), per class when conditional."""
     task, count, seed = evaluation.task, evaluation.count, evaluation.seed
     drawn = task.real.draw(count, seed, evaluation.count_key, labels=task.conditional)
     real, held_out = drawn[0], drawn[-1]
@@ -46,6 +52,21 @@ def realism(evaluation):
         both = (real_features[chosen], fake_features[chosen])
         per_class = evaluation.distances(*both) if chosen.sum() >= 4 else {"fid": None, "kid": None}
         result[f"fid/{name}"], result[f"kid/{name}"] = per_class["fid"], per_class["kid"]
+    classes = (labels, task.classes) if task.conditional else (None, ())
+    result.update(diversity(real_features, fake_features, *classes))
+    return result
+
+
+def diversity(real_features, fake_features, labels=None, classes=()):
+    """`realism.sample_diversity` in the evaluation's features, with one warning line naming
+    the classes (or the samples) it finds collapsed (`realism.collapse_warning`).
+
+    Features rather than pixels: they are the space FID and recall judge variety in, and
+    pixel distances count a shifted or recoloured copy of one picture as a new sample."""
+    result = sample_diversity(real_features, fake_features, labels, classes)
+    line = collapse_warning(result)
+    if line is not None:
+        log.warning(line)
     return result
 
 

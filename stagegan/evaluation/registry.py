@@ -198,6 +198,13 @@ for _name, _mode, _doc in (
     ("density", "max", "how many real neighbourhoods hold each sample"),
     ("coverage", "max", "share of real images with a sample in their neighbourhood"),
     ("c2st", "min", "a classifier's held-out accuracy telling samples from real (0.5: chance)"),
+    (
+        "diversity",
+        "max",
+        "samples' mean nearest-neighbour distance over the real images' (1: as varied; per "
+        "class: their mean)",
+    ),
+    ("diversity_worst", "max", "the least varied class's diversity (unconditional: diversity)"),
     ("c2st_std", None, "c2st's spread over its folds"),
     ("l1", "min", "mean absolute error in the holes"),
     ("psnr", "max", "peak signal-to-noise ratio in the holes"),
@@ -219,12 +226,12 @@ _HOLES = ("l1", "psnr", "ssim", "structure", "sharpness", "c2st", "c2st_std", "f
 declare(
     "realism",
     None,
-    "FID, KID, precision, recall, density, coverage and c2st of generated against real "
-    "images (and per class, for a conditional GAN)",
+    "FID, KID, precision, recall, density, coverage, c2st and diversity of generated "
+    "against real images (and per class, for a conditional GAN)",
     f"{BUILTIN}:realism",
     needs=("images", "latents"),
     gives=("count", "fid", "kid", "kid_std", "precision", "recall", "density", "coverage")
-    + ("c2st", "c2st_std"),
+    + ("c2st", "c2st_std", "diversity", "diversity_worst"),
     count=10000,  # FID's usual sample count
     min_count=(4, "FID/KID"),
     features="always",

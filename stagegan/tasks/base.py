@@ -614,27 +614,35 @@ class ImageTask(Task):
 
 
 def adversarial_losses(task, batch, terms):
-    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `lecam` and the `bcr` terms
-    (`stagegan.core.regularisers`) of a generator/discriminator pair whose discriminator sees
-    `task.pack` samples at once (1: one sample, no packing).
+    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `r2`, `mode_seeking`, `lecam` and the
+    `bcr` terms (`stagegan.core.regularisers`) of a generator/discriminator pair whose
+    discriminator sees `task.pack` samples at once (1: one sample, no packing).
 
     Real and generated samples are packed separately (`stagegan.core.layers.pack`), so every pack is
     all real or all generated. The gradient penalty interpolates whole packs (one weight per
     pack: the first of its samples' `epsilon`, so it does not depend on the number of towers)
-    and both penalties take gradient norms with respect to the whole pack.
+    and the penalties take gradient norms with respect to the whole pack. A relativistic
+    loss (`rpgan`) pairs the i-th real pack with the i-th generated one, in the generator's
+    loss too (which then scores the real packs as well).
 
     A conditional task (`task.conditional`) generates from `[z, fake_y]` and its
     discriminator takes `[pack, the pack's classes]`: real images with their classes `y`,
-    generated ones with `fake_y`; both penalties use the real classes.
+    generated ones with `fake_y`; R1 and the gradient penalty use the real classes, R2 the
+    generated ones. When `mode_seeking` is requested, consecutive samples (2k, 2k + 1) are
+    generated with the class of the first (MSGAN's two latents of one class), for every term
+    of the step, and the term compares each pair (`losses.mode_seeking`).
 
     Args:
-        task: has `generator`, `discriminator`, `pack`, `d_loss` and `g_loss`.
+        task: has `generator`, `discriminator`, `pack`, `loss` (its `adversarial`), `d_loss`
+            and `g_loss`.
         batch: one shard: real `x`, latents `z`, interpolation weights `epsilon` (and the
             classes `y` and `fake_y` of a conditional task).
         terms: the requested loss terms.
     """
     m, x, out = task.pack, batch["x"], {}
     conditional = task.conditional
+    if conditional and "mode_seeking" in terms:
+        batch = {**batch, "fake_y": tf.repeat(batch["fake_y"][0::2], 2)}
 
     def critic_of(labels, side):
         # Augmentation (`augment:`) comes first, so penalties differentiate with respect to
@@ -651,7 +659,7 @@ def adversarial_losses(task, batch, terms):
     fake_critic = critic_of(batch.get("fake_y"), "fake")
     # Terms that score real and (constant) generated samples with the discriminator.
     scored = {"d_loss", *regularisers.TERMS, *regularisers.LECAM_MONITORS} & set(terms)
-    if {"g_loss", "gradient_penalty"} & set(terms) or scored:
+    if {"g_loss", "gradient_penalty", "r2", "mode_seeking"} & set(terms) or scored:
         latent = [batch["z"], batch["fake_y"]] if conditional else batch["z"]
         fake = float32(task.generator(latent, training=True))
     if scored:
@@ -668,14 +676,32 @@ def adversarial_losses(task, batch, terms):
         out["d_loss"] = task.d_loss(real_logits, fake_logits)
         out.update(task.d_accuracy(real_logits, fake_logits, terms))
     if "g_loss" in terms:
-        out["g_loss"] = task.g_loss(fake_critic(pack(fake, m)))
+        generated = fake_critic(pack(fake, m))
+        if losses.relativistic(task.loss["adversarial"]):
+            paired = real_logits if scored else real_critic(pack(x, m))
+            out["g_loss"] = task.g_loss(generated, paired)
+        else:
+            out["g_loss"] = task.g_loss(generated)
+    if {"gradient_penalty", "r1", "r2"} & set(terms):
+        generated = fake if {"gradient_penalty", "r2"} & set(terms) else None  # R1 alone: none
+        critics = (real_critic, fake_critic)
+        out.update(_penalties(terms, critics, x, generated, batch.get("epsilon"), m))
+    if "mode_seeking" in terms:
+        out["mode_seeking"] = losses.mode_seeking(fake, batch["z"])
+    return out
+
+
+def _penalties(terms, critics, x, fake, epsilon, m):
+    """The requested gradient penalties of `adversarial_losses`, on the packs of `x`, `fake`."""
+    (real_critic, fake_critic), out = critics, {}
+    real, fake = pack(x, m), None if fake is None else pack(fake, m)
     if "gradient_penalty" in terms:
-        epsilon = tf.reshape(batch["epsilon"], [-1, m])[:, 0]  # one weight per pack
-        out["gradient_penalty"] = losses.gradient_penalty(
-            real_critic, pack(x, m), pack(fake, m), epsilon
-        )
+        epsilon = tf.reshape(epsilon, [-1, m])[:, 0]  # one weight per pack
+        out["gradient_penalty"] = losses.gradient_penalty(real_critic, real, fake, epsilon)
     if "r1" in terms:
-        out["r1"] = losses.r1_penalty(real_critic, pack(x, m))
+        out["r1"] = losses.r1_penalty(real_critic, real)
+    if "r2" in terms:
+        out["r2"] = losses.r2_penalty(fake_critic, fake)
     return out
 
 

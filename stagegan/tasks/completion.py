@@ -173,6 +173,12 @@ class Completion(ImageTask):
         choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
         choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
+        if losses.relativistic(self.loss["adversarial"]):
+            raise ConfigError(
+                "loss.adversarial",
+                f"{self.loss['adversarial']} is not available for task completion (it pairs "
+                "real and generated outputs; a completion's are partly real)",
+            )
         self.d_hole_loss, self.g_hole_loss = losses.targeted(self.loss["adversarial"])
         choice(self.loss, "loss", "adversarial_target", ("image", "hole"))
         if self.loss["adversarial_target"] == "hole" and self.model["discriminator"] is None:

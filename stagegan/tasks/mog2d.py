@@ -8,6 +8,7 @@ Loss terms:
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real points (weight it gamma / 2)
+    r2                  R2 on generated points (weight it gamma / 2)
     lecam               LeCam (Tseng et al. 2021; see `stagegan.core.regularisers`)
 `model.pack: m` shows the discriminator m points at once (PacGAN); `model.spectral_norm`
 normalises its layers (see `stagegan.core.layers`).
@@ -75,7 +76,7 @@ class Mog2D(Task):
     name = "mog2d"
     # "mixture": `centres` and `std`, the Gaussian mixture the `mixture` metrics compare with
     capabilities = frozenset({"latents", "mixture"})
-    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", "lecam")
+    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", "r2", "lecam")
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them
         "d_loss": losses.ACCURACY_TERMS,

@@ -49,6 +49,7 @@ import math
 import keras
 import tensorflow as tf
 
+from stagegan.core.layers import minibatch_stddev
 from stagegan.errors import ConfigError
 
 SLOPE = 0.2  # leaky ReLU
@@ -172,14 +173,16 @@ def check_stages(stages, size):
             )
 
 
-def check_group(group, shard, batch_key="batch_size"):
+def check_group(group, shard, batch_key="batch_size", pack=1):
     """The minibatch standard deviation's groups must tile each replica's shard (of the
-    global batch `batch_key`)."""
-    if shard % min(group, shard):
+    global batch `batch_key`), counted in discriminator inputs (packs of `pack`)."""
+    inputs = shard // pack
+    if inputs % min(group, inputs):
+        packs = f", {inputs} packs of {pack}" if pack > 1 else ""
         raise ConfigError(
             "model.mbstd_group",
             f"must divide each replica's share of the batch ({batch_key}: {shard} a "
-            f"replica), so that no group spans two devices. Received: {group}",
+            f"replica{packs}), so that no group spans two devices. Received: {group}",
         )
 
 
@@ -193,19 +196,6 @@ def upsample(images, factor=2):
 
 def pixel_norm(x):
     return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + 1e-8)
-
-
-def minibatch_stddev(x, group):
-    """The reference's minibatch standard deviation over groups of `group` consecutive
-    images: one more feature map, each group's mean standard deviation."""
-    n, h, w, c = tf.shape(x)[0], x.shape[1], x.shape[2], x.shape[3]
-    size = tf.minimum(group, n)
-    y = tf.reshape(x, [-1, size, h, w, c])
-    y = y - tf.reduce_mean(y, axis=1, keepdims=True)
-    y = tf.sqrt(tf.reduce_mean(tf.square(y), axis=1) + 1e-8)  # [groups, h, w, c]
-    y = tf.reduce_mean(y, axis=[1, 2, 3])  # [groups]
-    y = tf.repeat(y, size)[:, None, None, None] * tf.ones([1, h, w, 1], x.dtype)
-    return tf.concat([x, tf.cast(y, x.dtype)], axis=-1)
 
 
 class Scaled(keras.layers.Layer):

@@ -29,7 +29,7 @@ Keras's own layers only, so that `stagegan export` gives a file that loads witho
 
 import keras
 
-from stagegan.core.layers import conv2d, dense
+from stagegan.core.layers import MinibatchStddev, conv2d, dense
 from stagegan.errors import ConfigError
 
 START = {28: 7, 32: 4, 64: 4, 128: 4}  # the generator's first feature map side
@@ -60,15 +60,19 @@ def generator_plan(size, width, blocks=1):
     return plan
 
 
-def discriminator_plan(size, channels, width, blocks=1):
+def discriminator_plan(size, channels, width, blocks=1, mbstd=False):
     """The discriminator's blocks: `[(in channels, out channels, pools, side out)]`; the first
-    is the optimised block."""
+    is the optimised block. `mbstd`: the last block takes the minibatch standard deviation as
+    one more input channel (so its shortcut is a 1x1 conv)."""
     plan, side, previous = [], size, channels
     for multiple, pools in D_WIDTHS[size]:
         side //= 2 if pools else 1
         plan.append((previous, multiple * width, pools, side))
         previous = multiple * width
         plan += [(previous, previous, False, side)] * (blocks - 1)
+    if mbstd:
+        a, b, pools, side = plan[-1]
+        plan[-1] = (a + 1, b, pools, side)
     return plan
 
 
@@ -209,15 +213,18 @@ def generator(task):
 
 def discriminator(task):
     """The residual discriminator: `model.pack` images stacked along the channels
-    [S, S, C * pack] (with their classes [pack], int32, when conditional) -> one logit."""
+    [S, S, C * pack] (with their classes [pack], int32, when conditional) -> one logit.
+    `model.mbstd` adds the minibatch standard deviation before the last block."""
     layers, size, model = keras.layers, task.size, task.model
     sn, pack = model["spectral_norm"], model["pack"]
     channels = task.data["channels"] * pack
-    plan = discriminator_plan(size, channels, model["width"], model["blocks"])
+    plan = discriminator_plan(size, channels, model["width"], model["blocks"], model["mbstd"])
     x = keras.Input((size, size, channels))
     h = x
     for i, (a, b, pools, side) in enumerate(plan):
         pool = (lambda t: layers.AveragePooling2D(2)(t)) if pools else (lambda t: t)
+        if i == len(plan) - 1 and model["mbstd"]:  # before the last block (PGGAN: at 4x4)
+            h = MinibatchStddev(model["mbstd_group"], name="mbstd")(h)
         if i == 0:  # the optimised block: no activation before its first conv
             r = _conv(b, 3, f"block{i}_conv1", sn)(h)
             shortcut = _conv(b, 1, f"block{i}_shortcut", sn)(pool(h))
@@ -258,7 +265,7 @@ def parameter_count(task, scope):
         total += norm * plan[-1][1] + conv(3, plan[-1][1], channels)
         out = plan[-1][1]
     else:
-        plan = discriminator_plan(size, channels * model["pack"], width, blocks)
+        plan = discriminator_plan(size, channels * model["pack"], width, blocks, model["mbstd"])
         total = 0
         for i, (a, b, pools, _side) in enumerate(plan):
             total += conv(3, a, b) + conv(3, b, b)

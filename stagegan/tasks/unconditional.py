@@ -6,6 +6,9 @@ BigGAN's residual networks at 28 to 128 px (`stagegan.tasks.resnet`). Loss terms
     d_loss, g_loss      the adversarial pair named by `loss.adversarial`
     gradient_penalty    WGAN-GP on real/fake interpolates (weight it, e.g. 10)
     r1                  R1 on real images (weight it gamma / 2; usable lazily with `every`)
+    r2                  R2 on generated images (weight it gamma / 2; R3GAN: rpgan, r1, r2)
+    mode_seeking        MSGAN's term for the generator (Mao et al. 2019): generated samples
+                        come in pairs of one class, pushed apart (`losses.mode_seeking`)
     lecam               LeCam (Tseng et al. 2021; `loss.lecam_decay`, `loss.lecam_start`)
     bcr, bcr_real,      balanced consistency (Zhao et al. 2021; `loss.bcr_ops`), and its
     bcr_fake            halves (see `stagegan.core.regularisers`)
@@ -27,9 +30,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan.config.schema import batch_sizes
+from stagegan.config.overrides import format_key_path
+from stagegan.config.schema import batch_key, batch_sizes
 from stagegan.core import losses, regularisers
-from stagegan.core.layers import conv2d, dense
+from stagegan.core.layers import MinibatchStddev, conv2d, dense
 from stagegan.data.sources import DEFAULTS as DATA_DEFAULTS
 from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
@@ -60,7 +64,15 @@ class Unconditional(ImageTask):
     name = "unconditional"
     # `class_index` refuses, naming model.conditional, when the run is not conditional
     capabilities = ImageTask.capabilities | {"classes", "latents", "augments"}
-    loss_terms = ("d_loss", "g_loss", "gradient_penalty", "r1", *regularisers.TERMS)
+    loss_terms = (
+        "d_loss",
+        "g_loss",
+        "gradient_penalty",
+        "r1",
+        "r2",
+        "mode_seeking",
+        *regularisers.TERMS,
+    )
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
     monitor_terms = {  # logged with them
         "d_loss": losses.ACCURACY_TERMS,
@@ -79,7 +91,8 @@ class Unconditional(ImageTask):
             "pack": 1,
             "spectral_norm": False,
             "conditional": False,
-            "mbstd_group": 4,  # progressive only
+            "mbstd": False,  # dcgan and resnet (progressive's always has one)
+            "mbstd_group": 4,  # progressive, or with mbstd
             "equalised_lr": True,  # progressive only
             "generator": None,
             "discriminator": None,
@@ -95,14 +108,25 @@ class Unconditional(ImageTask):
         super().__init__(options, rngs)
         self.size = self.data["size"]
         self.arch = choice(self.model, "model", "arch", ("dcgan", "resnet", "progressive"))
+        self.mbstd = self.model["mbstd"]
         for arch, keys in ARCH_KEYS.items():  # another arch's options, set: refused
             for key, default in keys.items():
-                if arch != self.arch and self.model[key] != default:
+                grouped = key == "mbstd_group" and self.mbstd  # dcgan's or resnet's groups
+                if arch != self.arch and self.model[key] != default and not grouped:
+                    also = " or with model.mbstd: true" if key == "mbstd_group" else " only"
                     raise ConfigError(
                         f"model.{key}",
-                        f"applies to model.arch: {arch} only (the run's arch is "
+                        f"applies to model.arch: {arch}{also} (the run's arch is "
                         f"{self.arch}). Received: {self.model[key]!r}",
                     )
+        if self.mbstd and self.arch == "progressive":
+            raise ConfigError(
+                "model.mbstd",
+                "applies to model.arch dcgan and resnet (progressive's discriminator always "
+                "has one; model.mbstd_group sets its groups). Received: true",
+            )
+        if self.mbstd:
+            positive(self.model, "model", "mbstd_group")
         if self.arch == "progressive":
             progressive.check_options(self.model, self.size)
         elif self.arch == "resnet":
@@ -135,8 +159,11 @@ class Unconditional(ImageTask):
         super().check(stages, batch_size, replicas)
         if self._grows:
             progressive.check_stages(stages, self.size)
+        if self._grows or self.mbstd:
             for key, size in batch_sizes(stages, batch_size).items():
-                progressive.check_group(self.model["mbstd_group"], size // replicas, key)
+                group, shard = self.model["mbstd_group"], size // replicas
+                progressive.check_group(group, shard, key, self.pack)
+        check_pairs(stages, batch_size, replicas)
 
     def begin_step(self, stage, stage_step):
         if self.growth is not None:
@@ -195,6 +222,8 @@ class Unconditional(ImageTask):
                     if scope == "generator"
                     else f"dcgan: {ups} strided convs {self.size}->{self.size // 2**ups} px"
                 )
+            if scope == "discriminator" and self.mbstd:
+                lines[scope] += f", minibatch stddev (groups of {self.model['mbstd_group']})"
         return lines
 
     def sizes(self):
@@ -232,6 +261,7 @@ class Unconditional(ImageTask):
             widths = [channels * pack] + [width * 2**i for i in range(ups)]
             last = size // 2**ups
             convs = sum(16 * a * b for a, b in zip(widths[1:-1], widths[2:], strict=True))
+            convs += 16 * widths[-1] if self.mbstd else 0  # the last conv's one more input
             parameters += [
                 (("model.width", "model.pack"), 16 * widths[0] * widths[1]),
                 (("model.width",), convs),
@@ -302,6 +332,22 @@ class Unconditional(ImageTask):
         return pictures.image_grid(outputs["samples"], columns=columns)
 
 
+def check_pairs(stages, batch_size, replicas):
+    """`mode_seeking` pairs consecutive samples of each replica's shard: every shard of a
+    stage that trains on it must be even (so no pair spans two devices)."""
+    for stage in stages:
+        size = batch_size if stage.batch_size is None else stage.batch_size
+        for update in stage.updates:
+            if "mode_seeking" in dict(update.loss) and (size // replicas) % 2:
+                where = batch_key(stage)
+                raise ConfigError(
+                    format_key_path((update.key, "loss", "mode_seeking")),
+                    "pairs consecutive samples, so each replica's share of the batch must be "
+                    f"even ({where} {size} over {replicas} replica"
+                    f"{'s' if replicas > 1 else ''} = {size // replicas})",
+                )
+
+
 # The built-in networks: `model.generator` / `model.discriminator` may name replacements with
 # the same signature (`builder(task) -> keras.Model`).
 
@@ -329,12 +375,15 @@ def generator(task, latent=None):
 
 def discriminator(task, head=True):
     """DCGAN discriminator: `model.pack` images stacked along the channels [S, S, C * pack]
-    -> one logit (without `head`: the flattened features)."""
+    -> one logit (without `head`: the flattened features). `model.mbstd` adds the minibatch
+    standard deviation (over groups of `model.mbstd_group` inputs) before the last conv."""
     layers, size, width = keras.layers, task.size, task.model["width"]
-    norm = task.model["spectral_norm"]
+    norm, ups = task.model["spectral_norm"], UPSAMPLINGS[task.size]
     x = keras.Input((size, size, task.data["channels"] * task.model["pack"]))
     h = x
-    for i in range(UPSAMPLINGS[size]):
+    for i in range(ups):
+        if i == ups - 1 and task.model["mbstd"]:  # before the last conv, as PGGAN's at 4x4
+            h = MinibatchStddev(task.model["mbstd_group"], name="mbstd")(h)
         h = conv2d(width * 2**i, 4, 2, f"down{i}", norm)(h)
         h = layers.LeakyReLU(0.2)(h)
     features = layers.Flatten()(h)
