@@ -73,9 +73,19 @@ def test_the_wins_read_each_metric_through_its_declared_direction():
     assert fid["std"] == pytest.approx(statistics.stdev([9.0, 13.0, 10.5]))
     assert summary["base"]["metrics"]["recall"]["n"] == 2
     markdown = compare.format_table(compare.summarise(plan, results))
-    assert "| `new` | 6 | 1 | 10.83 ± 2 (2/3) | 0.6667 ± 0.21 (1/2) | 4 ± 0 |" in markdown
+    assert "| `new` | 6 | 1 | 10.83 ± 2 (2/3) | 0.6667 ± 0.21 (1/2, 1 tied) | 4 ± 0 |" in markdown
     assert "| `base` | 6 | 1 | 11 ± 1 | 0.45 ± 0.071 [2 of 3] | 4 ± 0 |" in markdown
     assert "fid ↓ | recall ↑ | count |" in markdown
+
+
+def test_a_set_before_the_first_arm_is_every_arms_and_one_after_an_arm_its_own(tmp_path):
+    config = toy_yaml(tmp_path)
+    flags = [("set", "batch_size=4"), ("arm", "a=default"), ("set", "model.pack=2")]
+    flags += [("arm", f"b={config}"), ("set", "log.every=3"), ("set", "log.every=4")]
+    assert compare.arms_from_flags(flags) == [
+        compare.Arm("a", "default", ("batch_size=4", "model.pack=2")),
+        compare.Arm("b", config, ("batch_size=4", "log.every=3", "log.every=4")),
+    ]
 
 
 def test_steps_are_shared_in_proportion_and_spanning_schedules_follow_their_stage():

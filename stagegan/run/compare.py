@@ -736,7 +736,8 @@ def format_cell(cell, seeds):
     if cell["n"] < seeds:
         text += f" [{cell['n']} of {seeds}]"
     if "wins" in cell:
-        text += f" ({cell['wins']}/{cell['wins'] + cell['ties'] + cell['losses']})"
+        tied = f", {cell['ties']} tied" if cell["ties"] else ""
+        text += f" ({cell['wins']}/{cell['wins'] + cell['ties'] + cell['losses']}{tied})"
     return text
 
 
@@ -762,8 +763,8 @@ def format_table(table):
         "",
         f"Mean ± sample standard deviation over seeds {seed_list}; ↓ lower is better, ↑ "
         f"higher. (w/n): the seeds on which the arm beat `{table['baseline']}` (the "
-        "baseline), of the n on which both have a number. train s: training's own clock, "
-        "mean over the seeds.",
+        "baseline), of the n on which both have a number (and how many of them tied). "
+        "train s: training's own clock, mean over the seeds.",
     ]
     return "\n".join(lines)
 
