@@ -219,6 +219,12 @@ def length_overrides(config, lengths):
     a stage's own optimizer (written in the stage) that spans its stage (its `steps` equal to
     the stage's) the new length too: a polish whose rate decays to 0 still reaches 0 at its
     end, not before or never."""
+    if len(lengths) != len(config.stages):  # the config changed since they were recorded
+        raise ConfigError(
+            "stages",
+            f"{len(config.stages)} stages, but the comparison sized {len(lengths)}: "
+            f"{list(lengths)} (use another --output)",
+        )
     sets = []
     for index, (stage, length) in enumerate(zip(config.stages, lengths, strict=True)):
         if length == stage.steps:
@@ -236,7 +242,8 @@ def length_overrides(config, lengths):
 
 def proportional(lengths, total):
     """`total` steps shared among stages in the proportions of `lengths` (largest
-    remainders: the shares add up to `total`), each at least 1."""
+    remainders: the shares add up to `total`), each at least 1 (more than `total` in all
+    only when a stage's share rounds below 1)."""
     whole = sum(lengths)
     exact = [total * length / whole for length in lengths]
     shares = [max(1, math.floor(x)) for x in exact]
