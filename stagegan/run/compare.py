@@ -768,7 +768,8 @@ def format_table(table):
     seed_list = ", ".join(map(str, table["seeds"]))
     lines += [
         "",
-        f"Mean ± sample standard deviation over seeds {seed_list}; ↓ lower is better, ↑ "
+        f"Mean ± sample standard deviation over {'seeds' if seeds > 1 else 'seed'} "
+        f"{seed_list}; ↓ lower is better, ↑ "
         f"higher. (w/n): the seeds on which the arm beat `{table['baseline']}` (the "
         "baseline), of the n on which both have a number (and how many of them tied). "
         "train s: training's own clock, mean over the seeds.",
