@@ -6,9 +6,10 @@ Trains a config twice from the same seed, with the same stages and steps:
     and feature_matching; unconditional and mog2d: g_loss). An update left with no term is
     dropped; the discriminator still trains, so everything else (steps, batches, noise) stays
     the same.
-Then evaluates the last checkpoint of each with `python -m stagegan eval --json`, prints both
-rows and their difference, and, with `--keep`, writes `with.png` and `without.png` (the same
-held-out inputs) next to the runs.
+Both are the arms of one `stagegan compare` (`KEEP/compare`, with the two configs beside it
+as `with.yaml` and `without.yaml`): the last checkpoint of each evaluated as `eval` does; this
+prints both rows and their difference; the comparison's `samples.png` shows both runs' samples
+side by side (the same inputs), and a run already there is reused.
 
     python benchmarks/ablation.py                       # the built-in default
     python benchmarks/ablation.py --config completion_shapes --seed 1 --keep runs/ablation
@@ -24,14 +25,13 @@ import argparse
 import copy
 import fnmatch
 import json
-import os
 import tempfile
-import time
 from pathlib import Path
 
+import common  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
 import yaml
-from common import stagegan
 
+import stagegan
 from stagegan.evaluation.evaluate import format_value  # "n/a" for None: undefined for that run
 
 
@@ -65,15 +65,17 @@ def ablated(raw, task_class):
     return raw, removed
 
 
-def train_and_evaluate(name, raw, folder):
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    run = folder / name
-    began = time.perf_counter()
-    stagegan("train", "--config", str(path), "--run-dir", str(run))
-    seconds = time.perf_counter() - began
-    result = json.loads(stagegan("eval", "--run", str(run), "--json"))
-    return run, seconds, result["metrics"]
+def train_and_evaluate(variants, seed, folder):
+    """`{name: (train seconds, metrics)}` of `variants` (`{name: raw config}`), each written
+    to `folder/NAME.yaml` and an arm of one `stagegan compare` into `folder/compare` from
+    `seed`."""
+    arms = {}
+    for name, raw in variants.items():
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        arms[name] = str(path)
+    table = stagegan.compare(arms, folder / "compare", seeds=(seed,))
+    return {run["arm"]: (run["train_seconds"], run["metrics"]) for run in table["runs"]}
 
 
 def is_number(value):
@@ -105,10 +107,13 @@ def main():
     parser.add_argument("--config", default=None, help="a preset or YAML file (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--seed", type=int, help="the run seed (default: the config's)")
-    parser.add_argument("--keep", help="keep the runs and pictures here (default: temporary)")
+    parser.add_argument(
+        "--keep", help="keep the configs and the comparison here (default: temporary)"
+    )
     parser.add_argument("--json", help="also write both rows to this JSON file")
     args = parser.parse_args()
 
+    from stagegan.config.objects import find_user_modules
     from stagegan.config.schema import load_config
     from stagegan.errors import ConfigError
     from stagegan.evaluation import registry
@@ -119,11 +124,7 @@ def main():
         config = load_config(args.config, overrides)
     except ConfigError as e:
         raise SystemExit(f"ablation.py: {e.key}: {e.message}") from None
-    if args.config and os.path.isfile(args.config):  # its own modules, as train would find them
-        folder = os.path.dirname(os.path.abspath(args.config))
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in (folder, os.environ.get("PYTHONPATH")) if p
-        )
+    find_user_modules(args.config)  # its own modules, found from its copies in --keep too
     if config.task not in BUILTIN:
         raise SystemExit(f"ablation.py: only built-in tasks ({', '.join(BUILTIN)})")
     task_class = load_object(BUILTIN[config.task], "task")
@@ -135,19 +136,12 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(args.keep).resolve() if args.keep else Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        rows = {}
-        for name, variant in (("with", raw), ("without", without_raw)):
-            run, seconds, metrics = train_and_evaluate(name, variant, folder)
-            rows[name] = {"seconds": round(seconds, 1), **metrics}
-            print(f"{name}: trained and evaluated in {seconds:.0f}s", flush=True)
-            if args.keep:
-                picture = folder / f"{name}.png"
-                picture.unlink(missing_ok=True)
-                stagegan("sample", "--run", str(run), "--num", "16", "--output", str(picture))
+        found = train_and_evaluate({"with": raw, "without": without_raw}, config.seed, folder)
+    rows = {name: {"seconds": round(s, 1), **metrics} for name, (s, metrics) in found.items()}
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     with_, without = rows["with"], rows["without"]
-    print(f"time: with {with_['seconds']:.0f}s, without {without['seconds']:.0f}s (train + eval)")
+    print(f"time: with {with_['seconds']:.0f}s, without {without['seconds']:.0f}s (training)")
     if with_.get("features"):
         print(f"features: {with_['features']}; {with_.get('count', '?')} held-out samples")
     print(report(with_, without, metric))

@@ -18,8 +18,10 @@ that fill `--minutes` (80% in the preset's first stage, 20% in its polish). Ever
   * `px_fd`: the Frechet distance of 8x8 area-averaged RGB pixels (192 numbers) between 1,000
     samples and the held-out images, computed here with numpy.
 
-One JSON row per run (`--json` appends them to a file); the runs stay in `--out`, with their
-sample grids in `samples/`; a run already there is evaluated again, not retrained.
+The arms, so sized, are those of one `stagegan compare` (`OUT/compare`; the timing runs in
+`OUT/calibrate-*`), which trains and evaluates every run and writes its table (`table.md`:
+mean, spread and wins against the first arm) and `samples.png`. One JSON row per run (`--json`
+appends them to a file); a run already there is reused, neither retrained nor evaluated again.
 """
 
 import argparse
@@ -30,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 from common import ROOT, stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
+
+import stagegan as stagegan_api
 
 METRICS = ("fid", "kid", "precision", "recall", "density", "coverage", "c2st",
            "memorisation/copies", "memorisation/held_out_copies", "memorisation/memorised",
@@ -55,11 +59,12 @@ def decaying(config):
     return found
 
 
-def train(args, run, config, sets, steps, seed):
+def arm_overrides(args, config, sets, steps):
+    """The `--set` flags of an arm of `steps` steps (all but the seed)."""
     first = int(round(steps * 0.8))
     overrides = [
         f"data.path={args.folder}", "data.channels=3", f"data.holdout={args.holdout}",
-        f"seed={seed}", f"stages[0].steps={first}", f"stages[1].steps={steps - first}",
+        f"stages[0].steps={first}", f"stages[1].steps={steps - first}",
         f"samples.every={max(1, steps // 4)}", f"checkpoint.every={steps}", *sets,
     ]  # fmt: skip
     # The polish's rates decay to 0 over the polish as this arm's budget sets it (the
@@ -67,8 +72,12 @@ def train(args, run, config, sets, steps, seed):
     # and a shorter one stopped before its rate reached 0).
     overrides += [f"stages[1].updates[{i}].optimizer.learning_rate.steps={steps - first}"
                   for i in decaying(config)]  # fmt: skip
-    command = ["train", "--config", config, "--run-dir", str(run)]
-    for item in overrides:
+    return overrides
+
+
+def train(args, run, config, sets, steps, seed):
+    command = ["train", "--config", config, "--run-dir", str(run), "--set", f"seed={seed}"]
+    for item in arm_overrides(args, config, sets, steps):
         command += ["--set", item]
     began = time.perf_counter()
     stagegan(*command)
@@ -79,7 +88,7 @@ def calibrate(args, name, config, sets):
     """`(start-up seconds, seconds per step)` of an arm, from a 50- and a 250-step run."""
     times = {}
     for steps in (50, 250):
-        run = args.out / f"calibrate-{name}-{steps}"
+        run = args.out / f"calibrate-{name}-{steps}"  # beside the comparison, in OUT
         times[steps] = train(args, run, config, [*sets, "samples=null"], steps, 0)
     per_step = (times[250] - times[50]) / 200
     return times[50] - 50 * per_step, per_step
@@ -119,13 +128,17 @@ def score(run, folder):
     evaluated = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
                          "--memorisation")  # fmt: skip
     metrics = json.loads(evaluated)["metrics"]
+    return {**{k: metrics.get(k) for k in METRICS}, "px_fd": pixel_fd(run, folder)}
+
+
+def pixel_fd(run, folder):
+    """px_fd of a trained run: 1,000 samples (`samples.npy`, written once) against the
+    held-out images of `folder`."""
     if not (run / "samples.npy").exists():
         stagegan("sample", "--run", str(run), "--num", "1000", "--output",
                  str(run / "samples.npy"))  # fmt: skip
     samples = np.load(run / "samples.npy")
-    row = {k: metrics.get(k) for k in METRICS}
-    row["px_fd"] = frechet(pooled(samples), pooled(held_out_images(run, folder)))
-    return row
+    return frechet(pooled(samples), pooled(held_out_images(run, folder)))
 
 
 def report(row, path=None):
@@ -153,6 +166,8 @@ def main():
     for spec in args.arm:
         name, _, rest = spec.partition("=")
         config, *sets = rest.split(";")
+        if config.endswith(".yaml") and not Path(config).is_absolute():
+            config = str(ROOT / config)  # as the runs started in the repository root found it
         arms[name] = (config, [s for s in sets if s])
     given = {k: int(v) for k, _, v in (s.partition("=") for s in args.steps)}
     budget = {}
@@ -164,16 +179,19 @@ def main():
         budget[name] = int((args.minutes * 60 - start) / per_step)
         print(f"{name}: start-up {start:.0f} s, {per_step * 1000:.0f} ms/step -> "
               f"{budget[name]} steps in {args.minutes:g} min", flush=True)  # fmt: skip
-    for seed in map(int, args.seeds.split(",")):
-        for name, (config, sets) in arms.items():
-            run = args.out / f"{name}-s{seed}"
-            if (run / "checkpoints").is_dir():  # trained already (an earlier invocation)
-                last = (run / "metrics.jsonl").read_text().splitlines()[-1]
-                seconds = json.loads(last)["time"]
-            else:
-                seconds = train(args, run, config, sets, budget[name], seed)
-            row = {"arm": name, "seed": seed, "steps": budget[name], "train_s": round(seconds)}
-            report({**row, **score(run, args.folder)}, args.json)
+    chosen = {
+        name: (config, arm_overrides(args, config, sets, budget[name]))
+        for name, (config, sets) in arms.items()
+    }
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    table = stagegan_api.compare(
+        chosen, args.out / "compare", seeds=seeds, features="selfsup", memorise=True
+    )
+    for run in table["runs"]:
+        row = {"arm": run["arm"], "seed": run["seed"], "steps": budget[run["arm"]]}
+        row["train_s"] = round(run["train_seconds"])
+        row.update({key: run["metrics"].get(key) for key in METRICS})
+        report({**row, "px_fd": pixel_fd(Path(run["run"]), args.folder)}, args.json)
 
 
 if __name__ == "__main__":

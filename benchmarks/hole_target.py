@@ -5,30 +5,32 @@ and batches, and evaluates the last checkpoint of each with `eval --json`:
   * without: the generator's adversarial terms removed (as `ablation.py` removes them);
   * image:   as given, `loss.adversarial_target: image` (every patch of a completed image fake);
   * hole:    `loss.adversarial_target: hole` (LaMa: patches fake in proportion to the hole).
-Arms may add their own overrides (`--image-set`, `--hole-set`). Runs already in `--keep`
-(with their `eval.json`) are reused, so a table can grow a seed at a time.
+Arms may add their own overrides (`--image-set`, `--hole-set`). The arms are those of one
+`stagegan compare` (`KEEP/compare`, the three configs beside it as `NAME.yaml`): runs already
+there are reused, so a table can grow a seed at a time.
 
     python benchmarks/hole_target.py --config completion_folder --set data.path=DIR \\
         --seeds 0,1,2 --keep runs/hole
 
 Prints, per seed and arm, hole l1, psnr, structure, sharpness, c2st (and fid where `eval` has
-it), with each arm's difference from `without` (l1 in percent). Writes `table.json` and, per
-run, `samples.png` (16 held-out completions, the same inputs in every arm).
+it), with each arm's difference from `without` (l1 in percent). The comparison writes its
+table (`table.md`, `table.json`: mean, spread and wins against the first arm) and
+`samples.png` (held-out completions of each arm's first seed, the same inputs in every arm).
 """
 
 import argparse
-import json
-import time
 from pathlib import Path
 
 import yaml
 from ablation import ablated
-from common import stagegan
+
+import stagegan
 
 COLUMNS = ("l1", "psnr", "structure", "sharpness", "c2st", "fid")
 
 
 def arm_configs(base, with_hole, with_image):
+    """`{without, image, hole: raw config}` of the base config and overrides `base`."""
     from stagegan.config.schema import load_config
     from stagegan.tasks import BUILTIN, load_object
 
@@ -40,24 +42,6 @@ def arm_configs(base, with_hole, with_image):
     task_class = load_object(BUILTIN[image["task"]], "task")
     without, _ = ablated(resolved([]), task_class)
     return {"without": without, "image": image, "hole": hole}
-
-
-def run_arm(name, raw, folder):
-    run = folder / name
-    result_path = folder / f"{name}.eval.json"
-    if result_path.exists():
-        return json.loads(result_path.read_text())
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    began = time.perf_counter()
-    stagegan("train", "--config", str(path), "--run-dir", str(run))
-    seconds = time.perf_counter() - began
-    result = json.loads(stagegan("eval", "--run", str(run), "--json"))["metrics"]
-    result["seconds"] = round(seconds, 1)
-    picture = folder / f"{name}.png"
-    stagegan("sample", "--run", str(run), "--num", "16", "--output", str(picture))
-    result_path.write_text(json.dumps(result, indent=1))
-    return result
 
 
 def row(seed, name, values, base):
@@ -89,18 +73,19 @@ def main():
     args = parser.parse_args()
 
     keep = Path(args.keep).resolve()
-    table = {}
-    header = " ".join(["seed", f"{'arm':<8}", *(f"{c:>16}" for c in COLUMNS)])
-    for seed in (int(s) for s in args.seeds.split(",")):
-        base = (args.config, [*args.set, f"seed={seed}"])
-        configs = arm_configs(base, args.hole_set, args.image_set)
-        folder = keep / f"seed{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in args.arms.split(","):
-            table[f"{seed}/{name}"] = run_arm(name, configs[name], folder)
-            print(f"seed {seed} {name}: {table[f'{seed}/{name}']['seconds']:.0f}s", flush=True)
-    (keep / "table.json").write_text(json.dumps(table, indent=1))
-    print(header)
+    keep.mkdir(parents=True, exist_ok=True)
+    configs = arm_configs((args.config, args.set), args.hole_set, args.image_set)
+    arms = {}
+    for name in args.arms.split(","):  # the seed in each is compare's to set
+        path = keep / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(configs[name], sort_keys=False))
+        arms[name] = str(path)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs = stagegan.compare(arms, keep / "compare", seeds=seeds)["runs"]
+    table = {
+        f"{r['seed']}/{r['arm']}": {**r["metrics"], "seconds": r["train_seconds"]} for r in runs
+    }
+    print(" ".join(["seed", f"{'arm':<8}", *(f"{c:>16}" for c in COLUMNS)]))
     for key, values in table.items():
         seed, name = key.split("/")
         print(row(int(seed), name, values, table.get(f"{seed}/without")))

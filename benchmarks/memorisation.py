@@ -6,10 +6,12 @@
 For each count N: renders N digits (`examples/digits_folder.py`, seed 1, 32 px grey), trains
 the `dcgan_folder` preset on them at 32 px grey with `data.holdout: 0.5` (half the images never
 trained on) and no augmentation, for the preset's 7,500 steps (or `--steps`: 80% joint, 20%
-polish), then runs `stagegan eval --features selfsup --nearest` (every held-out image, the
-memorisation numbers of `stagegan.evaluation.memorisation`, and the nearest-neighbour picture).
-Same seed, steps and settings for every N: only the number of training images changes. Prints
-one JSON row per run; the runs, their `eval.jsonl` and `nearest.png` stay in `--out`.
+polish), and evaluates it as `stagegan eval --features selfsup --memorisation` (every held-out
+image, the memorisation numbers of `stagegan.evaluation.memorisation`): one `stagegan compare`
+into `OUT/compare`, an arm per N (`digitsN`). Same seed, steps and settings for every N: only
+the number of training images changes. Prints one JSON row per run; the runs stay in
+`OUT/compare` (reused by a later invocation), each with `nearest.png`, the nearest-neighbour
+picture (`eval --nearest`, made once).
 
 Measured 2026-11-26 (2 cores): 400 digits (188 trained on, 212 held out) against 5,000 (2,524
 and 2,476), 7,500 steps each:
@@ -27,7 +29,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
+import common  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
+
+import stagegan
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOWN = (
@@ -43,34 +47,42 @@ SHOWN = (
 )
 
 
-def one_run(out, count, steps):
-    folder, run = out / f"digits{count}", out / f"run{count}"
+def digits(out, count):
+    """The folder of `count` rendered digits under `out` (written once)."""
+    folder = out / f"digits{count}"
     if not folder.exists():
         subprocess.run(
             [sys.executable, str(ROOT / "examples" / "digits_folder.py"), str(folder),
              "--count", str(count), "--seed", "1"], check=True,
         )  # fmt: skip
-    settings = [
+    return folder
+
+
+def settings(folder, steps):
+    """The `--set` flags of the run on the digits of `folder`."""
+    found = [
         f"data.path={folder}", "data.size=32", "data.channels=1", "data.holdout=0.5",
         "augment=null", "samples.every=0",
     ]  # fmt: skip
     if steps is not None:
         joint = int(steps * 0.8)
-        settings += [f"stages[0].steps={joint}", f"stages[1].steps={steps - joint}"]
-        settings += [f"stages[1].updates[{i}].optimizer.learning_rate.steps={steps - joint}"
-                     for i in (0, 1)]  # fmt: skip
-    if not run.exists():
-        args = ["train", "--config", "dcgan_folder", "--run-dir", str(run)]
-        stagegan(*args, *[part for item in settings for part in ("--set", item)])
-    nearest = run / "nearest.png"
-    nearest.unlink(missing_ok=True)
-    result = stagegan(
-        "eval", "--run", str(run), "--features", "selfsup", "--json", "--nearest", str(nearest)
-    )
-    metrics = json.loads(result)["metrics"]
-    row = {"count": count, "training_images": metrics["memorisation/training_images"]}
-    row.update({key: round(metrics[f"memorisation/{key}"], 3) for key in SHOWN})
-    return row
+        found += [f"stages[0].steps={joint}", f"stages[1].steps={steps - joint}"]
+        found += [f"stages[1].updates[{i}].optimizer.learning_rate.steps={steps - joint}"
+                  for i in (0, 1)]  # fmt: skip
+    return found
+
+
+def row(run):
+    """A run's JSON row (`table.json`'s run record), its nearest-neighbour picture made
+    once (`eval --nearest`: another evaluation, of the same numbers)."""
+    nearest = Path(run["run"]) / "nearest.png"
+    if not nearest.exists():
+        stagegan.load_run(run["run"]).evaluate(features="selfsup", nearest=str(nearest))
+    metrics = run["metrics"]
+    found = {"count": int(run["arm"].removeprefix("digits"))}
+    found["training_images"] = metrics["memorisation/training_images"]
+    found.update({key: round(metrics[f"memorisation/{key}"], 3) for key in SHOWN})
+    return found
 
 
 def main():
@@ -80,8 +92,16 @@ def main():
     parser.add_argument("--steps", type=int, help="steps per run (default: the preset's)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for count in (int(c) for c in args.counts.split(",")):
-        print(json.dumps(one_run(args.out, count, args.steps)), flush=True)
+    counts = [int(c) for c in args.counts.split(",")]
+    arms = {
+        f"digits{n}": ("dcgan_folder", settings(digits(args.out, n), args.steps)) for n in counts
+    }
+    seed = stagegan.load("dcgan_folder").seed  # the preset's, as before compare set it
+    table = stagegan.compare(
+        arms, args.out / "compare", seeds=(seed,), features="selfsup", memorise=True
+    )
+    for run in table["runs"]:
+        print(json.dumps(row(run)), flush=True)
 
 
 if __name__ == "__main__":

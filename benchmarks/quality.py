@@ -1,9 +1,10 @@
 """Mode-collapse quality of the shipped MoG presets, next to the published tables.
 
-Trains each preset as shipped (`python -m stagegan train --config mog_ring --set seed=S`) for
-every seed, evaluates the final checkpoint with `python -m stagegan eval` (2,500 samples,
-the VEEGAN/PacGAN definitions), and prints one row per run, then mean +- std per preset next
-to the rows of PacGAN (Lin et al. 2018, Table 2/3; means of 10 trials).
+Each preset is one `stagegan compare` (`python -m stagegan compare --output KEEP/mog_ring
+--arm mog_ring=mog_ring --seeds S,...`): trained as shipped (only the seed changed) for every
+seed, the final checkpoint evaluated as `eval` does (2,500 samples, the VEEGAN/PacGAN
+definitions; finished runs in `--keep` are reused). This prints one row per run, then mean +-
+std per preset next to the rows of PacGAN (Lin et al. 2018, Table 2/3; means of 10 trials).
 
     python benchmarks/quality.py                  # both presets, seeds 0-4
     python benchmarks/quality.py --seeds 3        # seeds 0, 1, 2
@@ -20,10 +21,11 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from common import stagegan
+import common  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
+
+import stagegan
 
 # PacGAN (Lin et al. 2018) and VEEGAN (Srivastava et al. 2017): modes captured and high-quality
 # samples (%), means of 10 trials, as the issue that set our targets quotes them.
@@ -54,16 +56,15 @@ def parse_seeds(text):
     return seeds
 
 
-def train_and_evaluate(preset, seed, folder, overrides=()):
-    """One run as shipped (only the seed changed, and `overrides` for an ablation), then
-    `eval --json` on its last checkpoint."""
-    run = folder / f"{preset}-seed{seed}"
-    sets = [a for item in [f"seed={seed}", *overrides] for a in ("--set", item)]
-    began = time.perf_counter()
-    stagegan("train", "--config", preset, *sets, "--run-dir", str(run))
-    seconds = time.perf_counter() - began
-    metrics = json.loads(stagegan("eval", "--run", str(run), "--json"))["metrics"]
-    return {"preset": preset, "seed": seed, "seconds": seconds, **metrics}
+def compare_preset(preset, seeds, folder, overrides=()):
+    """The preset's runs as shipped (only the seed changed, and `overrides` for an
+    ablation), each evaluated on its last checkpoint: one `stagegan compare` into
+    `folder/preset`; its rows."""
+    table = stagegan.compare({preset: (preset, list(overrides))}, folder / preset, seeds=seeds)
+    return [
+        {"preset": preset, "seed": run["seed"], "seconds": run["train_seconds"], **run["metrics"]}
+        for run in table["runs"]
+    ]
 
 
 def mean_std(values, digits):
@@ -112,7 +113,11 @@ def main():
         "--seeds", default="5", help="a count N (seeds 0..N-1) or a list like 0,2 or 3,"
     )
     parser.add_argument("--presets", default="mog_ring,mog_grid")
-    parser.add_argument("--keep", help="keep the run folders here (default: a temporary folder)")
+    parser.add_argument(
+        "--keep",
+        help="keep the comparison folders here, KEEP/<preset> (default: a temporary folder); "
+        "finished runs there are reused",
+    )
     parser.add_argument("--json", help="also write every row to this JSON file")
     parser.add_argument(
         "--set",
@@ -132,10 +137,9 @@ def main():
         folder.mkdir(parents=True, exist_ok=True)
         rows = []
         for preset in presets:
-            for seed in seeds:
-                row = train_and_evaluate(preset, seed, folder, args.set)
+            for row in compare_preset(preset, seeds, folder, args.set):
                 print(
-                    f"{preset} seed {seed}: modes {row['modes']}/{row['modes_total']}, "
+                    f"{preset} seed {row['seed']}: modes {row['modes']}/{row['modes_total']}, "
                     f"high quality {100 * row['high_quality']:.1f}%, reverse KL "
                     f"{row['reverse_kl']}, {row['seconds']:.0f}s",
                     flush=True,

@@ -27,6 +27,7 @@ config names. `import stagegan` does not import TensorFlow; these functions do, 
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import sys
@@ -66,6 +67,12 @@ API_KEYS = {
     "--format": "format",
     "--memorisation": "memorise",
     "--nearest": "nearest",
+    "--arm": "arms",
+    "--seeds": "seeds",
+    "--steps": "steps",
+    "--budget": "budget",
+    "--eval-seed": "eval_seed",
+    "--metrics": "metrics",
 }
 
 
@@ -191,6 +198,68 @@ def load(config=None, overrides=()):
         return load_config(path, overrides, key="config")
     find_user_modules()
     return parse_config(apply_overrides(raw, overrides))
+
+
+@_api_errors
+def compare(
+    arms,
+    output,
+    seeds=(0, 1, 2),
+    steps=None,
+    budget=None,
+    count=None,
+    features=None,
+    eval_seed=None,
+    memorise="auto",
+    metrics=(),
+    quiet=False,
+):
+    """Train each arm from each seed into the comparison folder `output`, evaluate every run
+    alike, and tabulate them, as `stagegan compare` does (`stagegan.run.compare`); returns
+    the table, as `output/table.json` holds it. Finished runs in `output` are reused.
+
+    Args:
+        arms: `{name: config}` or `{name: (config, overrides)}`, the baseline first; a config
+            is a preset name or a YAML path, `overrides` `key.path=value` strings or a dict
+            `{key path: value}` of plain values.
+        output: the comparison folder (new, empty, or an earlier comparison's).
+        seeds: the run seeds.
+        steps, budget: every arm trains `steps` steps, or the steps that fit in `budget`
+            seconds on this machine (None, None: each config's own).
+        count, features, eval_seed, memorise: every evaluation's (as `eval`'s `--count`,
+            `--features`, `--seed`, `--memorisation`; `eval_seed` None: each run's seed).
+        metrics: the table's metrics (empty: every declared score the evaluations give).
+        quiet: no log lines.
+
+    Raises:
+        stagegan.Error: bad input (an arm is named `arms[NAME]`), before anything is written.
+    """
+    from stagegan.run import compare as comparing
+
+    _check_type(arms, dict, "arms", "a dict {name: config or (config, overrides)}")
+    _check_type(output, (str, os.PathLike), "output", "a folder path")
+    _check_type(quiet, bool, "quiet", "True or False")
+    chosen = []
+    for name, value in arms.items():
+        config, overrides = value if isinstance(value, tuple) else (value, ())
+        what = "a preset name or a YAML path"
+        _check_type(config, (str, os.PathLike), f"arms[{name}]", what)
+        config = os.fspath(config)
+        config = os.path.abspath(config) if os.path.isfile(config) else config
+        if isinstance(overrides, dict):
+            overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+        elif isinstance(overrides, str):
+            overrides = [overrides]
+        chosen.append(comparing.Arm(name, config, tuple(overrides)))
+    options = comparing.EvalOptions(count, features, eval_seed, memorise)
+    try:
+        plan = comparing.check(chosen, output, seeds, steps, budget, options, tuple(metrics))
+        with _logging(quiet):
+            return comparing.run(comparing.prepare(plan))
+    except ConfigError as e:
+        if not e.key.startswith("--arm "):
+            raise
+        raise ConfigError(f"arms[{e.key.removeprefix('--arm ')}]", e.message) from None
 
 
 class Run:

@@ -161,7 +161,10 @@ API = {
     "Error": errors.StageganError,
     "RunStopped": errors.RunStopped,
     "WriteError": errors.WriteError,
-    **{name: getattr(stagegan.api, name) for name in ("Run", "load", "load_run", "plan", "train")},
+    **{
+        name: getattr(stagegan.api, name)
+        for name in ("Run", "compare", "load", "load_run", "plan", "train")
+    },
     "register_metric": registry.register_metric,
 }
 

@@ -28,7 +28,7 @@ TF_FREE_FOLDERS = ("config", "runfolder")
 TF_FREE_MODULES = (
     "errors", "core.monitor", "core.schedule", "core.until", "core.variables", "run.resume",
     "run.reading", "run.trainplan", "cli.main", "cli.launch", "api", "__main__", "data.records",
-    "evaluation.registry",
+    "evaluation.registry", "run.compare",
 )  # fmt: skip
 
 

@@ -267,6 +267,72 @@ def build_parser():
     )
     evaluate.set_defaults(func=cmd_eval)
 
+    compare = commands.add_parser(
+        "compare",
+        help="train arms x seeds into one folder and tabulate their evaluations",
+        description="Train each arm (a config and its --set flags) from each seed into "
+        "OUTPUT/NAME-sS, evaluate every run alike, and write OUTPUT/table.md, table.json and "
+        "samples.png: each metric's mean and spread per arm, and the seeds on which each arm "
+        "beat the first. Runs already finished in OUTPUT are reused, a stopped one resumed.",
+    )
+    compare.add_argument(
+        "--output", required=True, metavar="DIR", help="the comparison folder (new, or grown)"
+    )
+    compare.add_argument(
+        "--arm",
+        dest="arms",
+        action="append",
+        type=lambda text: ("arm", text),
+        metavar="NAME=CONFIG",
+        help="an arm: its name and a preset or YAML file; the --set flags after it are its "
+        "own (repeatable; the first arm is the baseline)",
+    )
+    compare.add_argument(
+        "--set",
+        dest="arms",
+        action="append",
+        type=lambda text: ("set", text),
+        metavar="KEY.PATH=VALUE",
+        help="before the first --arm: for every arm; after an --arm: for that arm",
+    )
+    compare.add_argument("--seeds", default="0,1,2", help="the run seeds (default: 0,1,2)")
+    sizing = compare.add_mutually_exclusive_group()
+    sizing.add_argument(
+        "--steps",
+        type=int,
+        help="every arm trains N steps, its stages in its config's proportions (default: "
+        "each config's own)",
+    )
+    sizing.add_argument(
+        "--budget",
+        metavar="TIME",
+        help="every arm trains the steps that fit in TIME on this machine (10m, 1h30m), "
+        "timed as plan --budget times them",
+    )
+    compare.add_argument("--count", type=int, help="samples per evaluation (as eval --count)")
+    compare.add_argument("--features", metavar="SPEC", help="as eval --features, for every run")
+    compare.add_argument(
+        "--eval-seed",
+        type=int,
+        help="fixes every evaluation's inputs (default: each run's seed, as eval)",
+    )
+    memorise = compare.add_mutually_exclusive_group()
+    memorise.add_argument(
+        "--memorisation", dest="memorise", action="store_true", default="auto",
+        help="as eval --memorisation",
+    )  # fmt: skip
+    memorise.add_argument(
+        "--no-memorisation", dest="memorise", action="store_false",
+        help="as eval --no-memorisation",
+    )  # fmt: skip
+    compare.add_argument(
+        "--metrics",
+        metavar="NAME,...",
+        help="the table's metrics (default: every one with a declared direction that the "
+        "evaluations give)",
+    )
+    compare.set_defaults(func=cmd_compare)
+
     export = commands.add_parser(
         "export",
         help="write a run's generator for plain TensorFlow, Keras or TFLite",
@@ -658,6 +724,29 @@ def cmd_eval(args):
         nearest=args.nearest,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def cmd_compare(args):
+    """`compare`: every refusal first (nothing written), then train, evaluate and tabulate
+    (`stagegan.run.compare`); prints the table."""
+    from stagegan.run import compare
+
+    budget = None if args.budget is None else parse_duration(args.budget)
+    plan = compare.check(
+        compare.arms_from_flags(args.arms or []),
+        args.output,
+        compare.parse_seeds(args.seeds),
+        steps=args.steps,
+        budget=budget,
+        evaluation=compare.EvalOptions(args.count, args.features, args.eval_seed, args.memorise),
+        metrics=compare.parse_metrics(args.metrics),
+    )
+    import_tensorflow()
+    plan = compare.prepare(plan)
+    table = compare.run(plan)
+    print(compare.format_table(table))
+    print(f"\n(in {plan.output}: {compare.TABLE_MD}, {compare.TABLE_JSON}, {compare.PICTURE})")
     return 0
 
 

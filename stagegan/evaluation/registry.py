@@ -217,6 +217,9 @@ for _name, _mode, _doc in (
     ("reverse_kl", "min", "KL(generated mode histogram || uniform)"),
     ("kl", "min", "a Kullback-Leibler divergence"),
     ("count", None, "samples evaluated"),
+    # `memorisation/copies`, `memorisation/memorised`, ...: readings against their held-out
+    # twins and chance levels (`stagegan.evaluation.memorisation`), not scores to rank by.
+    ("memorisation", None, "comparisons of the samples with the training and held-out images"),
 ):
     declare(_name, _mode, _doc)
 

@@ -256,8 +256,7 @@ def describe_budget(trainer, budget, timings=None):
         f"  the config's {steps:,} steps: about {format_seconds(total)}, "
         f"{100 * share:.0f}% of the budget"
     )
-    factor = budget / total if total > 0 else float("inf")
-    fitted = [max(1, int(stage.steps * factor)) for stage, _, _ in timings]
+    factor, fitted = fit_budget(timings, budget)
     sets = " ".join(
         f"--set stages[{i}].steps={n}" for i, n in enumerate(fitted) if n != timings[i][0].steps
     )
@@ -266,6 +265,16 @@ def describe_budget(trainer, budget, timings=None):
         f"(x{factor:.2f})" + (f": {sets}" if sets else "")
     )
     return lines
+
+
+def fit_budget(timings, budget):
+    """`(factor, steps)`: the factor by which the config's stage lengths fit `budget` seconds
+    at the timed seconds per step (`time_stages`), and each stage's length so scaled (at
+    least 1: a stage the budget cannot pay a step of still runs one; `plan --budget` says
+    the fit, `compare --budget` refuses a budget that small)."""
+    total = sum(stage.steps * per_step for stage, per_step, _ in timings)
+    factor = budget / total if total > 0 else float("inf")
+    return factor, [max(1, int(stage.steps * factor)) for stage, _, _ in timings]
 
 
 def milliseconds(seconds):

@@ -144,18 +144,26 @@ def describe(config, run_dir=None, budget=None):
     """The plan of `config`: a built and traced trainer, described (`stagegan plan`; with
     `run_dir`, the plan of that run, on the clusters it recorded; with `budget`, seconds, a
     few steps of each stage are timed and the plan says how many fit: `describe_budget`)."""
+    trainer = traced_trainer(config, run_dir)
+    text = describe_plan(trainer)
+    if budget is not None:
+        text += "\n\n" + "\n".join(describe_budget(trainer, budget))
+    return text
+
+
+def traced_trainer(config, run_dir=None):
+    """A `Trainer` of `config`, built and every stage traced, quietly (a plan lists the
+    dropped variables itself); with `run_dir`, on the clusters that run recorded. Nothing is
+    written: `plan` describes it, `plan --budget` and `compare --budget` time its steps."""
     level = log.level
-    log.setLevel(logging.WARNING)  # the plan lists dropped variables itself
+    log.setLevel(logging.WARNING)
     try:
         recorded = None if run_dir is None else read_clusters(run_dir, config.data)
         trainer = Trainer(config, recorded_clusters=recorded)
         trainer.trace()
     finally:
         log.setLevel(level)
-    text = describe_plan(trainer)
-    if budget is not None:
-        text += "\n\n" + "\n".join(describe_budget(trainer, budget))
-    return text
+    return trainer
 
 
 def sample(run_dir, num, checkpoint=None, **options):

@@ -74,17 +74,20 @@ def image_rows(columns):
         tile([[c[i] for c in tiles] for i in range(start, min(start + per_block, count))])
         for start in range(0, count, per_block)
     ]
-    if len(blocks) == 1:
-        return blocks[0]
-    height = blocks[0].shape[0]
-    spacer = np.full((height, 4 * GAP, 3), 255, np.uint8)
+    return side_by_side(blocks)  # the last block may be shorter
+
+
+def side_by_side(pictures, gap=4 * GAP):
+    """uint8 pictures [H, W, 3] of any sizes in one row, top-aligned on white, `gap` pixels
+    apart (blocks of rows, or `compare`'s arms)."""
+    if len(pictures) == 1:
+        return pictures[0]
+    height = max(picture.shape[0] for picture in pictures)
+    spacer = np.full((height, gap, 3), 255, np.uint8)
     padded = []
-    for block in blocks:
-        if block.shape[0] < height:  # the last block may be shorter
-            block = np.concatenate(
-                [block, np.full((height - block.shape[0], *block.shape[1:]), 255, np.uint8)]
-            )
-        padded += [block, spacer]
+    for picture in pictures:
+        below = np.full((height - picture.shape[0], *picture.shape[1:]), 255, np.uint8)
+        padded += [np.concatenate([picture, below]), spacer]
     return np.concatenate(padded[:-1], axis=1)
 
 
