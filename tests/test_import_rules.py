@@ -27,7 +27,8 @@ NAMES = list(LAYERS)
 TF_FREE_FOLDERS = ("config", "runfolder")
 TF_FREE_MODULES = (
     "errors", "core.monitor", "core.schedule", "core.until", "core.variables", "run.resume",
-    "run.reading", "run.trainplan", "cli.main", "cli.launch", "api", "__main__", "data.records",
+    "run.reading", "run.trainplan", "cli.main", "cli.parser", "cli.launch", "api", "__main__",
+    "data.records", "data.images",
     "evaluation.registry", "run.compare",
 )  # fmt: skip
 
