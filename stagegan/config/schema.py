@@ -32,9 +32,42 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import ClassVar
 
-from stagegan.config.numbers import as_integer, as_number
+from stagegan.config.fields import (  # noqa: F401 - re-exported
+    MAX_SEED,
+    boolean,
+    build_section,
+    check_seed,
+    checked_fields,
+    choice,
+    defaults,
+    integer,
+    number,
+    number_at_least,
+    option,
+    optional,
+    positive_number,
+    record_keys,
+    required,
+    string,
+)
+from stagegan.config.numbers import as_integer
+from stagegan.config.optimizer_specs import (  # noqa: F401 - re-exported
+    DEFAULT_OPTIMIZER,
+    LAZY_DEFAULTS,
+    OPTIMIZER_TYPES,
+    SCHEDULE_KEYS,
+    SCHEDULES,
+    CosineSchedule,
+    ExponentialSchedule,
+    LearningRateSchedule,
+    LinearSchedule,
+    OptimizerSpec,
+    _lazy_optimizers,
+    _lazy_spec,
+    _parse_optimizer,
+    _parse_schedule,
+)
 from stagegan.config.overrides import (
     check_finite,
     check_keys,
@@ -44,60 +77,45 @@ from stagegan.config.overrides import (
     read_stage_file,
 )
 from stagegan.config.resources import builtin_names, find_yaml
+from stagegan.config.stages import (  # noqa: F401 - re-exported
+    AUGMENT_DEFAULTS,
+    AUGMENT_OPS,
+    BEFORE_START,
+    INHERIT,
+    METRIC_MODES,
+    MODES,
+    STAGE_KEYS,
+    UNTIL_CHECK_EVERY,
+    UNTIL_KEYS,
+    UNTIL_KINDS,
+    UPDATE_KEYS,
+    WHILE_RUNNING,
+    AugmentConfig,
+    Plateau,
+    Stage,
+    Threshold,
+    Until,
+    Update,
+    _parse_augment,
+    _parse_stages,
+    as_given,
+    augment_ops,
+    batch_key,
+    batch_sizes,
+    loss_weights,
+    parse_until,
+    parse_update,
+    patterns,
+    probability,
+    r_t,
+    stage_resume_rule,
+    update_list,
+)
 from stagegan.config.yamlfile import read_yaml, yaml_dump
 from stagegan.errors import ConfigError
 
-MODES = ("sequential", "simultaneous")
-# `type:` of an optimizer spec -> its Keras class in `keras.optimizers`.
-OPTIMIZER_TYPES = {
-    "sgd": "SGD",
-    "adam": "Adam",
-    "adamw": "AdamW",
-    "rmsprop": "RMSprop",
-    "adagrad": "Adagrad",
-    "adamax": "Adamax",
-    "nadam": "Nadam",
-    "lion": "Lion",
-}
-# The optimizer an update gets when it names none: private to that update (DCGAN's settings).
-DEFAULT_OPTIMIZER = {"type": "adam", "learning_rate": 2.0e-4, "beta_1": 0.5}
-MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
-
 GUARD_POLICIES = ("skip", "stop", "off")
 REQUIRED_TOP_LEVEL = ("task", "batch_size", "stages")
-# Augmentation ops (`stagegan.core.augment`) -> the uniform numbers each draws per image, besides
-# its gate.
-AUGMENT_OPS = {
-    "color": 3,
-    "translation": 2,
-    "cutout": 2,
-    "xflip": 0,
-    "rotate90": 1,
-    "xint": 2,
-    "brightness": 1,
-    "contrast": 1,
-    "saturation": 1,
-    "scale": 1,
-    "rotate": 1,
-    "aniso": 1,
-    "xfrac": 2,
-    "hue": 1,
-    "lumaflip": 1,
-}
-INHERIT = "inherit"  # a stage without `augment:` uses the run's
-UNTIL_CHECK_EVERY = 100
-METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
-# Keras 3's defaults of what `lazy: true` scales, per optimizer type (a test checks them).
-LAZY_DEFAULTS = {
-    "sgd": {"learning_rate": 0.01},
-    "adam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
-    "adamw": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
-    "rmsprop": {"learning_rate": 0.001},
-    "adagrad": {"learning_rate": 0.001},
-    "adamax": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
-    "nadam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999},
-    "lion": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.99},
-}
 
 
 # Records ------------------------------------------------------------------------------------
@@ -108,533 +126,6 @@ LAZY_DEFAULTS = {
 # `--set` may change it on resume (`option`). `build_section` walks the fields; the defaults
 # (`defaults`) and resume's rules (`resumable_keys`) are read from the same fields. A new key
 # of such a section is one `option` line.
-
-
-def option(default, check, resume=False, null=False):
-    """A config field: `default`, `check(value, key) -> value` (raises `ConfigError(key)`),
-    and whether a resumed run may change it (`resume`: True or False; a stage's fields name
-    their rule, see `Stage`). `null`: an explicit None is a value of its own (a stage's
-    `augment: null`), not "take the default"."""
-    metadata = {"default": default, "check": check, "resume": resume, "null": null}
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def integer(minimum=None):
-    return lambda value, key: _integer(value, key, minimum)
-
-
-def number(value, key):
-    return _number(value, key)
-
-
-def number_at_least(minimum):
-    def check(value, key):
-        value = _number(value, key)
-        if value < minimum:
-            raise ConfigError(key, f"must be at least {minimum:g}. Received: {value:g}")
-        return value
-
-    return check
-
-
-def required(check):
-    """`check`, and a key that must be given (None: missing)."""
-
-    def wrapped(value, key):
-        if value is None:
-            raise ConfigError(key, "required key is missing")
-        return check(value, key)
-
-    return wrapped
-
-
-def positive_number(value, key):
-    return _number(value, key, positive=True)
-
-
-def optional(check):
-    """`check`, or None passed through."""
-    return lambda value, key: None if value is None else check(value, key)
-
-
-def choice(names):
-    def check(value, key):
-        if value not in names:
-            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
-        return value
-
-    return check
-
-
-def boolean(value, key):
-    return _boolean(value, key)
-
-
-def string(value, key):
-    return _string(value, key)
-
-
-def defaults(record):
-    """`{field: default}` of a section's record (its declared fields)."""
-    return {f.name: f.metadata["default"] for f in dataclasses.fields(record) if f.metadata}
-
-
-def record_keys(*records):
-    """The keys a YAML mapping of these records may hold: their declared fields, in order."""
-    return tuple(
-        dict.fromkeys(f.name for r in records for f in dataclasses.fields(r) if f.metadata)
-    )
-
-
-def checked_fields(record, mapping, key):
-    """`{field: value}` of `record`'s declared fields (made by `option`) from the YAML mapping
-    at `key` (its keys already checked): each value given (None: not given) or the field's
-    default, through the field's check."""
-    null = {f.name for f in dataclasses.fields(record) if f.metadata.get("null")}
-    given = {n: value for n, value in mapping.items() if value is not None or n in null}
-    return {
-        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
-        for f in dataclasses.fields(record)
-        if f.metadata
-    }
-
-
-def build_section(record, value, key):
-    """The record of section `key` from its YAML mapping `value`, whose defaults the caller
-    has filled in (from `defaults(record)`, defaults first, as `config.yaml` keeps them):
-    unknown keys refused, each field checked."""
-    fields = dataclasses.fields(record)
-    check_keys(check_mapping(value, key), tuple(f.name for f in fields), key)
-    return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
-
-
-@dataclass(frozen=True, kw_only=True)
-class LearningRateSchedule:
-    """A learning-rate schedule (`learning_rate: {schedule: ...}`), driven by the optimizer's
-    own iteration count: the updates it has applied (see `stagegan.core.optimizers.schedule`).
-    One record a kind (`SCHEDULES`, picked by `schedule:`); each key is a field declared
-    once, in the kind it belongs to, with its default and check (`option`; `required`: no
-    default), and `check` holds the checks across fields. A new key is one field.
-
-    Attributes:
-        initial: the rate after warm-up.
-        warmup: iterations of linear warm-up from 0 to `initial` before the schedule starts.
-    """
-
-    kind: ClassVar[str] = "constant"
-    initial: float = option(None, required(positive_number))
-    warmup: int = option(0, integer(0))
-
-    def check(self, key):
-        """The checks across fields."""
-
-    def describe(self):
-        """`linear(0.0005 -> 0 over 2000 iterations, warm-up 100)`."""
-        warmup = f", warm-up {self.warmup}" if self.warmup else ""
-        return f"{self.kind}({self.words()}{warmup})"
-
-    def words(self):
-        return f"{self.initial:g}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinearSchedule(LearningRateSchedule):
-    """From `initial` down to `final` over `steps` iterations, in a straight line."""
-
-    kind: ClassVar[str] = "linear"
-    steps: int = option(None, required(integer(1)))
-    final: float = option(0.0, number)
-
-    def check(self, key):
-        if not 0 <= self.final <= self.initial:
-            raise ConfigError(
-                f"{key}.final",
-                f"must be between 0 and initial ({self.initial:g}). Received: {self.final:g}",
-            )
-
-    def words(self):
-        return f"{self.initial:g} -> {self.final:g} over {self.steps} iterations"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CosineSchedule(LinearSchedule):
-    """From `initial` down to `final` over `steps` iterations, along half a cosine."""
-
-    kind: ClassVar[str] = "cosine"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExponentialSchedule(LearningRateSchedule):
-    """`initial` multiplied by `decay_rate` every `steps` iterations (smoothly, or in steps
-    with `staircase`)."""
-
-    kind: ClassVar[str] = "exponential"
-    steps: int = option(None, required(integer(1)))
-    decay_rate: float = option(None, required(positive_number))
-    staircase: bool = option(False, boolean)
-
-    def words(self):
-        staircase = ", staircase" if self.staircase else ""
-        return f"{self.initial:g} x {self.decay_rate:g} every {self.steps} iterations{staircase}"
-
-
-SCHEDULES = {
-    r.kind: r for r in (LearningRateSchedule, LinearSchedule, CosineSchedule, ExponentialSchedule)
-}
-# The keys of each kind: required, and optional with their defaults (derived from the fields).
-SCHEDULE_KEYS = {
-    name: (
-        tuple(f.name for f in dataclasses.fields(r) if f.metadata["default"] is None),
-        {f.name: f.default for f in dataclasses.fields(r) if f.metadata["default"] is not None},
-    )
-    for name, r in SCHEDULES.items()
-}
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """One optimizer: its Keras type and constructor options (learning_rate, beta_1, ...)."""
-
-    type: str
-    options: tuple  # sorted (name, value) pairs
-    lazy: int = 0  # n of the `lazy: true` updates it serves: options already scaled for it
-
-    def kwargs(self):
-        return dict(self.options)
-
-
-def patterns(value, key):
-    """Glob patterns over variable paths: one, or a non-empty list."""
-    value = [value] if isinstance(value, str) else value
-    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
-    return tuple(value)
-
-
-def loss_weights(value, key):
-    """`(term, weight)` pairs from a term's name (weight 1) or a mapping of terms to weights."""
-    loss = check_mapping({value: 1.0} if isinstance(value, str) else value, key)
-    if not loss:
-        raise ConfigError(key, "must name at least one loss term")
-    for term in loss:
-        if not isinstance(term, str) or not term:
-            raise ConfigError(key, f"loss term names must be strings. Received: {term!r}")
-    return tuple((term, _number(w, format_key_path((key, term)))) for term, w in loss.items())
-
-
-@dataclass(frozen=True, kw_only=True)
-class Update:
-    """One update of a stage: which variables it trains, on which loss, with which optimizer.
-
-    Each key of an update is a field declared once with its default and its check (`option`);
-    `parse_update` reads them and `settle` holds what spans fields and the run (the default
-    name, `lazy`'s scaling, the stage's mode, the optimizer's resolution). A new key is one
-    field.
-
-    Attributes:
-        train: glob patterns over Keras variable paths (`generator/*`).
-        loss: (term, weight) pairs; the update minimises the weighted sum of the task's terms
-            (for a lazy update, the config's weights times `every`).
-        optimizer: key into `RunConfig.optimizers` (once settled; as written before).
-        repeat: how many times it runs per stage step (sequential mode only).
-        every: it runs only on stage steps divisible by `every`.
-        lazy: StyleGAN2's lazy regularisation (`lazy: true`, see `_lazy_optimizers`).
-        name: a label for logs, unique within the stage (default: the first pattern's scope).
-        key: where it sits in the config, for error messages.
-    """
-
-    key: str
-    train: tuple = option(None, required(patterns))
-    loss: tuple = option(None, required(loss_weights))
-    repeat: int = option(1, integer(1))
-    every: int = option(1, integer(1))
-    lazy: bool = option(False, boolean)
-    optimizer: object = option(None, lambda value, key: value)  # resolved by `settle`
-    name: object = option(None, optional(string))
-
-    def settle(self, mode, named, optimizers, shared):
-        """The update as the run trains it, in a stage of `mode`: its name, its loss weights
-        (`lazy: true` multiplies them by `every`, StyleGAN2's gain), its optimizer's key (a
-        name in `named`, shared, or an inline spec, private: added to `optimizers`)."""
-        key, weights = self.key, self.loss
-        if self.lazy:
-            if self.every < 2:
-                raise ConfigError(
-                    f"{key}.lazy",
-                    "needs every: n > 1 (a lazy regulariser runs every n steps, its loss x n). "
-                    f"Received: every {self.every}",
-                )
-            weights = tuple((term, weight * self.every) for term, weight in weights)
-        if mode == "simultaneous" and self.repeat != 1:
-            raise ConfigError(
-                f"{key}.repeat", "must be 1 in a simultaneous stage (one forward pass per step)"
-            )
-        spec = self.optimizer
-        if isinstance(spec, str) and spec in named:
-            optimizer = spec  # named: state shared with every update that names it
-            optimizers[spec] = named[spec]
-            shared.add(spec)
-        elif isinstance(spec, str) and spec.lower() not in OPTIMIZER_TYPES:
-            known = ", ".join(sorted(named)) or "none"
-            raise ConfigError(
-                f"{key}.optimizer", f"unknown optimizer {spec!r} (named optimizers: {known})"
-            )
-        else:
-            optimizer = key  # inline or omitted: private to this update
-            optimizers[key] = _parse_optimizer(
-                DEFAULT_OPTIMIZER if spec is None else spec, f"{key}.optimizer"
-            )
-        name = self.name or self.train[0].split("/", 1)[0].strip("*?[]") or "update"
-        return dataclasses.replace(self, loss=weights, optimizer=optimizer, name=name)
-
-    def is_active(self, stage_step):
-        """Whether this update runs on the given (0-based) step within its stage."""
-        return stage_step % self.every == 0
-
-
-UPDATE_KEYS = record_keys(Update)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Until:
-    """A stage's end condition (`until:`), checked after every `check_every` steps of the
-    stage once `min_steps` are done; the stage's `steps` stay its upper bound. A `Threshold`
-    or a `Plateau`.
-
-    Each key of `until:` is a field declared once, here or in the subclass whose kind it
-    belongs to, with its default and its check (`option`); `parse_until` reads them, and
-    `check` holds the checks across fields. A new key is one field.
-    """
-
-    key: str  # the config key of this `until` (not a key of it)
-    check_every: int = option(UNTIL_CHECK_EVERY, integer(1))
-    min_steps: int = option(0, integer(0))
-    # best: the stage's end rolls back to the best checkpoint
-    restore: object = option(None, optional(choice(("best",))))
-
-    def check(self, steps):
-        """The checks across fields, for a stage of at most `steps` steps."""
-        if self.min_steps >= steps:
-            raise ConfigError(
-                f"{self.key}.min_steps",
-                f"must be below the stage's steps ({steps}). Received: {self.min_steps}",
-            )
-
-    def condition(self):
-        raise NotImplementedError
-
-    def describe(self):
-        """`d/d_fake_accuracy (mean since the last check) > 0.9, checked every 100 steps`."""
-        after = f" from stage step {self.min_steps}" if self.min_steps else ""
-        restore = "; at its end, restore the best checkpoint" if self.restore else ""
-        return f"{self.condition()}, checked every {self.check_every} steps{after}{restore}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Threshold(Until):
-    """`until: {metric: ..., above|below: ...}`: the mean of a logged step metric
-    (`<update>/<term>`, `/loss`, `/grad_norm`) over the steps since the last check is above
-    (`sign` ">") or below ("<") `value`."""
-
-    metric: str = option(None, string)
-    above: object = option(None, optional(number))
-    below: object = option(None, optional(number))
-
-    def check(self, steps):
-        super().check(steps)
-        if (self.above is None) == (self.below is None):
-            raise ConfigError(self.key, "a metric threshold needs exactly one of above or below")
-
-    @property
-    def sign(self):
-        return ">" if self.above is not None else "<"
-
-    @property
-    def value(self):
-        return self.above if self.above is not None else self.below
-
-    def condition(self):
-        return f"{self.metric} (mean since the last check) {self.sign} {self.value:g}"
-
-    def holds(self, mean):
-        return mean > self.value if self.sign == ">" else mean < self.value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plateau(Until):
-    """`until: {eval: ...}`: an evaluation metric has not improved by more than `min_delta`
-    for `patience` checks in a row (`mode`: min or max, which way is better; auto until the
-    run resolves it from the metric's declaration)."""
-
-    eval: str = option(None, string)
-    patience: int = option(3, integer(1))
-    min_delta: float = option(0.0, number_at_least(0))
-    mode: str = option("auto", choice(METRIC_MODES))
-
-    def condition(self):
-        better = {"min": "lower", "max": "higher"}.get(self.mode, "auto: as declared,")
-        return (
-            f"eval {self.eval} ({better} is better) has not improved by more than "
-            f"{self.min_delta:g} for {self.patience} checks"
-        )
-
-
-# Every key an `until:` may hold: the fields of its kinds, in their order.
-UNTIL_KEYS = record_keys(Threshold, Plateau)
-
-
-def augment_ops(value, key):
-    """`augment.ops`: one op or a list, each known, none twice."""
-    ops = [value] if isinstance(value, str) else value
-    if not isinstance(ops, list | tuple) or not ops:
-        raise ConfigError(key, f"must be a non-empty list of ops. Received: {ops!r}")
-    for op in ops:
-        if not isinstance(op, str) or op not in AUGMENT_OPS:
-            raise ConfigError(key, f"unknown op {op!r} (known: {', '.join(AUGMENT_OPS)})")
-    if len(set(ops)) != len(ops):
-        raise ConfigError(key, f"names an op twice. Received: {list(ops)!r}")
-    return tuple(ops)
-
-
-def probability(value, key):
-    p = _number(value, key)
-    if not 0 <= p <= 1:
-        raise ConfigError(key, f"must be between 0 and 1. Received: {p:g}")
-    return p
-
-
-def r_t(value, key):
-    target = _number(value, key)
-    if not -1 < target < 1:
-        raise ConfigError(key, f"must be between -1 and 1 (an r_t). Received: {target:g}")
-    return target
-
-
-@dataclass(frozen=True, kw_only=True)
-class AugmentConfig:
-    """An `augment:` section (see `stagegan.core.augment`): differentiable augmentation of every
-    image a discriminator sees.
-
-    Attributes:
-        ops: op names, in the order they are applied.
-        p: each op's probability per image; the starting value when adaptive.
-        target: the r_t that an adaptive p aims at (ADA: 0.6), or None for a fixed p.
-        speed: images over which an adaptive p can move by 1 (ADA: 500,000).
-        interval: discriminator updates between adjustments of an adaptive p.
-        key: where it was given (`augment`, `stages[1].augment`); one augmenter, with its own
-            p, per key.
-    """
-
-    ops: tuple = option(("color", "translation", "cutout"), augment_ops)
-    p: float = option(1.0, probability)
-    target: object = option(None, optional(r_t))
-    speed: int = option(100000, integer(1))
-    interval: int = option(4, integer(1))
-    key: str
-
-    @property
-    def adaptive(self):
-        return self.target is not None
-
-    def describe(self):
-        """`color, translation, cutout; p 1`, or how an adaptive p moves."""
-        if self.adaptive:
-            how = (
-                f"p adaptive from {self.p:g} towards r_t {self.target:g} (adjusted every "
-                f"{self.interval} D updates by up to batch x {self.interval} / {self.speed})"
-            )
-        else:
-            how = f"p {self.p:g}"
-        return f"{', '.join(self.ops)}; {how}"
-
-
-AUGMENT_DEFAULTS = defaults(AugmentConfig)
-
-
-def update_list(value, key):
-    """A stage's updates, before each is read (`Stage.settle`): a non-empty list."""
-    if not isinstance(value, list) or not value:
-        raise ConfigError(key, "must be a non-empty list of updates")
-    return value
-
-
-def as_given(value, key):
-    """A value read later, across fields (`Stage.settle`)."""
-    return value
-
-
-# A stage's fields that `--set` may change on resume, and when (`Stage`, `run.resume`).
-WHILE_RUNNING = "while_running"  # until a later stage begins, not below the steps run
-BEFORE_START = "before_start"  # while the stage has not begun
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stage:
-    """One stage: `steps` stage steps, each running `updates` in `mode`; with `until` (a
-    `Threshold` or a `Plateau`, else None) it may end earlier. `augment`: the `AugmentConfig`
-    its discriminator inputs go through (the run's unless the stage sets its own), or None.
-
-    Each key of a stage is a field declared here, with its default, its check and its rule on
-    resume (`WHILE_RUNNING`, `BEFORE_START`, else never); `settle` reads the fields that
-    depend on others (the updates on the mode and the run's optimizers, `until` on the steps,
-    `augment` on the run's, `fade_in` on the resolution). A new stage key is one field.
-    """
-
-    key: str  # the config key of this stage (`stages[i]`)
-    name: str = option(None, required(string))
-    steps: int = option(None, required(integer(1)), resume=WHILE_RUNNING)
-    mode: str = option("sequential", choice(MODES))
-    updates: tuple = option(None, required(update_list))
-    until: object = option(None, as_given, resume=BEFORE_START)
-    augment: object = option(INHERIT, as_given, null=True)
-    resolution: object = option(None, optional(integer(4)))  # the side it trains at (progressive)
-    fade_in: bool = option(False, boolean)  # a transition stage: the new blocks fade in
-    # its global batch (None: the run's `batch_size`; `RunConfig.batch_of`)
-    batch_size: object = option(None, optional(integer(1)), resume=BEFORE_START)
-
-    def settle(self, named, optimizers, shared, augment):
-        """The stage with its updates, `until` and `augment` read (`augment`: the run's),
-        and the checks across fields."""
-        key, updates, names = self.key, [], set()
-        for j, update_raw in enumerate(self.updates):
-            update = parse_update(
-                update_raw, f"{key}.updates[{j}]", self.mode, named, optimizers, shared
-            )
-            if update.name in names:
-                update = dataclasses.replace(update, name=f"{update.name}{j}")
-            names.add(update.name)
-            updates.append(update)
-        until = None if self.until is None else parse_until(self.until, f"{key}.until", self.steps)
-        own = self.augment
-        stage_augment = augment if own == INHERIT else _parse_augment(own, f"{key}.augment")
-        if self.fade_in and self.resolution is None:
-            raise ConfigError(
-                f"{key}.fade_in", "needs the stage's resolution (stages[i].resolution)"
-            )
-        return dataclasses.replace(self, updates=tuple(updates), until=until, augment=stage_augment)
-
-
-STAGE_KEYS = record_keys(Stage)
-
-
-def batch_key(stage):
-    """The config key of a stage's global batch: its own `stages[i].batch_size`, else the
-    run's `batch_size`."""
-    return "batch_size" if stage.batch_size is None else f"{stage.key}.batch_size"
-
-
-def batch_sizes(stages, batch_size):
-    """`{config key: global batch}`: the run's `batch_size` (samples and evaluations use it
-    too) and the stages' own (`stages[i].batch_size`), each to be checked under its key."""
-    own = {batch_key(s): s.batch_size for s in stages if s.batch_size is not None}
-    return {"batch_size": batch_size, **own}
-
-
-def stage_resume_rule(name):
-    """When `--set` may change a stage's key `name` on resume: `WHILE_RUNNING`,
-    `BEFORE_START`, or None (never, but for what the run's other rules allow)."""
-    fields = {f.name: f for f in dataclasses.fields(Stage) if f.metadata}
-    return fields[name].metadata["resume"] or None if name in fields else None
 
 
 def _towers(towers, key):
@@ -773,7 +264,7 @@ def _metric_names(value, key):
         return ()
     if not isinstance(value, list | tuple):
         raise ConfigError(key, f"must be a list of metric names. Received: {value!r}")
-    return tuple(_string(name, f"{key}[{i}]") for i, name in enumerate(value))
+    return tuple(string(name, f"{key}[{i}]") for i, name in enumerate(value))
 
 
 @dataclass(frozen=True)
@@ -807,7 +298,7 @@ class GuardConfig:
 def _init_run(value, key):
     if value is None:
         raise ConfigError(key, "required key is missing (the run folder to start from)")
-    return _string(value, key)
+    return string(value, key)
 
 
 def _patterns(only, key):
@@ -831,7 +322,7 @@ class InitConfig:
 
 
 def _decay(value, key):
-    decay = _number(value, key)
+    decay = number(value, key)
     if not 0 <= decay < 1:
         raise ConfigError(key, f"must be in [0, 1). Received: {decay}")
     return decay
@@ -1021,12 +512,12 @@ def parse_config(raw):
         **check_mapping(resolved["optimizers"], "optimizers"),
     }
 
-    name = _string(resolved["name"], "name")
+    name = string(resolved["name"], "name")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError("name", f"must be letters, digits, '-', '_' or '.'. Received: {name!r}")
     devices = build_section(DevicesConfig, resolved["devices"], "devices")
     # That it divides across the replicas is checked with the devices (`placement`).
-    batch_size = _integer(resolved["batch_size"], "batch_size", minimum=1)
+    batch_size = as_integer(resolved["batch_size"], "batch_size", minimum=1)
     named = {
         key: _parse_optimizer(spec, format_key_path(("optimizers", key)))
         for key, spec in resolved["optimizers"].items()
@@ -1040,7 +531,7 @@ def parse_config(raw):
     if guard.get("policy") is False:  # YAML reads a bare `off` as false
         guard["policy"] = "off"
     guard = build_section(GuardConfig, guard, "guard")
-    task = _string(resolved["task"], "task")
+    task = string(resolved["task"], "task")
     # Keep only the named optimizers that are used, so the saved config stays honest.
     resolved["optimizers"] = {k: v for k, v in resolved["optimizers"].items() if k in shared}
     keep_best = checkpoint.keep_best
@@ -1055,7 +546,7 @@ def parse_config(raw):
     return RunConfig(
         name=name,
         seed=check_seed(resolved["seed"], "seed"),
-        deterministic=_boolean(resolved["deterministic"], "deterministic"),
+        deterministic=boolean(resolved["deterministic"], "deterministic"),
         task=task,
         data=check_mapping(resolved["data"], "data"),
         model=check_mapping(resolved["model"], "model"),
@@ -1102,80 +593,6 @@ def _parse_samples(resolved):
     return samples
 
 
-def _parse_optimizer(spec, key):
-    if isinstance(spec, str):
-        spec = {"type": spec}
-    spec = check_mapping(spec, key)
-    kind = spec.get("type")
-    if kind is None:
-        raise ConfigError(f"{key}.type", "required key is missing")
-    if not isinstance(kind, str) or kind.lower() not in OPTIMIZER_TYPES:
-        raise ConfigError(
-            f"{key}.type", f"unknown optimizer {kind!r} (known: {', '.join(OPTIMIZER_TYPES)})"
-        )
-    options = {k: v for k, v in spec.items() if k != "type"}
-    for name, value in options.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ConfigError(format_key_path((key, name)), "not a valid option name")
-        if name == "learning_rate" and isinstance(value, dict):
-            options[name] = _parse_schedule(value, f"{key}.learning_rate")
-        elif isinstance(value, (dict, list)):
-            raise ConfigError(f"{key}.{name}", f"must be a scalar. Received: {value!r}")
-        elif name == "learning_rate":
-            _number(value, f"{key}.learning_rate", positive=True)
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key}.{name}", f"must be a finite number. Received: {value}")
-    return OptimizerSpec(type=kind.lower(), options=tuple(sorted(options.items())))
-
-
-def _parse_schedule(value, key):
-    """`{schedule: linear, initial: 5e-4, final: 0, steps: 2000, warmup: 100}`: the record
-    its `schedule:` picks (`SCHEDULES`), every key checked by its field's declaration, then
-    across fields."""
-    kind = value.get("schedule")
-    if not isinstance(kind, str) or kind not in SCHEDULES:
-        where = f"{key}.schedule"
-        if kind is None:
-            known = ", ".join(SCHEDULES)
-            raise ConfigError(where, f"required key is missing (one of: {known})")
-        raise ConfigError(where, f"must be one of {', '.join(SCHEDULES)}. Received: {kind!r}")
-    record = SCHEDULES[kind]
-    fields = {k: v for k, v in value.items() if k != "schedule"}
-    check_keys(value, ("schedule", *record_keys(record)), key)
-    for name in SCHEDULE_KEYS[kind][0]:
-        if fields.get(name) is None:
-            raise ConfigError(f"{key}.{name}", f"required key is missing for schedule {kind!r}")
-    parsed = record(**checked_fields(record, fields, key))
-    parsed.check(key)
-    return parsed
-
-
-def _parse_augment(value, key):
-    """An `augment:` mapping -> `AugmentConfig` (its fields declared there); None -> None."""
-    if value is None:
-        return None
-    spec = check_mapping(value, key)
-    check_keys(spec, record_keys(AugmentConfig), key)
-    return AugmentConfig(key=key, **checked_fields(AugmentConfig, spec, key))
-
-
-def _parse_stages(value, named, augment=None):
-    """The run's stages (`Stage`, each settled), the optimizers their updates made, and
-    the named optimizers more than one update shares."""
-    if not isinstance(value, list) or not value:
-        raise ConfigError("stages", f"must be a non-empty list of stages. Received: {value!r}")
-    stages, optimizers, shared, names = [], {}, set(), set()
-    for i, stage_raw in enumerate(value):
-        key = f"stages[{i}]"
-        check_keys(check_mapping(stage_raw, key), STAGE_KEYS, key)
-        stage = Stage(key=key, **checked_fields(Stage, stage_raw, key))
-        if stage.name in names:
-            raise ConfigError(f"{key}.name", f"stage name {stage.name!r} is used twice")
-        names.add(stage.name)
-        stages.append(stage.settle(named, optimizers, shared, augment))
-    return tuple(stages), optimizers, shared
-
-
 def _parse_keep_best(value):
     """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
     if value is None:
@@ -1205,138 +622,3 @@ def _check_keep_best(keep_best, stages, eval_section):
                 "best needs checkpoint.keep_best (which metric makes a checkpoint the best), "
                 "e.g. checkpoint: {keep_best: {metric: fid}}",
             )
-
-
-UNTIL_KINDS = {"metric": Threshold, "eval": Plateau}  # the key that picks each kind
-
-
-def parse_until(value, key, steps):
-    """A stage's `until:` as a `Threshold` or a `Plateau`, for a stage of `steps` steps: the
-    kind its `metric` or `eval` picks, every key checked by its field's declaration, then
-    across fields (`Until.check`)."""
-    until = check_mapping(value, key)
-    check_keys(until, UNTIL_KEYS, key)
-    kinds = [name for name in UNTIL_KINDS if until.get(name) is not None]
-    if len(kinds) != 1:
-        raise ConfigError(
-            key,
-            "needs exactly one of metric (a threshold on a logged quantity) or eval (a plateau "
-            f"of an evaluation metric). Received: {until!r}",
-        )
-    kind = UNTIL_KINDS[kinds[0]]
-    names = record_keys(kind)
-    for name in UNTIL_KEYS:
-        if name not in names and until.get(name) is not None:
-            raise ConfigError(f"{key}.{name}", f"does not apply to an until with {kinds[0]}")
-    parsed = kind(key=key, **checked_fields(kind, until, key))
-    parsed.check(steps)
-    return parsed
-
-
-def parse_update(value, key, mode, named, optimizers, shared):
-    """A stage's update: every key checked by its field's declaration (`Update`), then
-    settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
-    update = check_mapping(value, key)
-    check_keys(update, UPDATE_KEYS, key)
-    return Update(key=key, **checked_fields(Update, update, key)).settle(
-        mode, named, optimizers, shared
-    )
-
-
-def _lazy_optimizers(stages, optimizers, shared):
-    """`optimizers` with the optimizer of every `lazy: true` update scaled as StyleGAN2 does
-    (stylegan2-ada-pytorch `training_loop.py`, `mb_ratio`): its learning rate times
-    c = n / (n + 1) and its betas raised to c, n the update's `every`.
-
-    The optimizer is the one the lazy update shares with the main update of its network:
-    over n stage steps it takes n + 1 steps (n main, 1 regulariser), and c makes them move
-    the weights and decay the moments as n steps would. Every update using it runs at the
-    scaled rate, as StyleGAN2's main phase does.
-
-    Raises:
-        ConfigError: on `lazy` when its optimizer is private, or is used by lazy updates
-            only (nothing to share the steps with), or by lazy updates of different `every`.
-    """
-    users = {}
-    for stage in stages:
-        for update in stage.updates:
-            users.setdefault(update.optimizer, []).append(update)
-    scaled = dict(optimizers)
-    for key, updates in users.items():
-        lazy = [u for u in updates if u.lazy]
-        if not lazy:
-            continue
-        first = lazy[0]
-        if key not in shared or len(lazy) == len(updates):
-            alone = "its optimizer is private"
-            if key in shared:
-                alone = f"optimizer {key!r} serves only lazy updates"
-            raise ConfigError(
-                f"{first.key}.lazy",
-                "scales the optimizer the update shares with the main update of its network "
-                f"(StyleGAN2: n + 1 optimizer steps per n batches), but {alone}; name an "
-                "optimizer from optimizers: that a non-lazy update of the same variables "
-                "uses too",
-            )
-        for other in lazy[1:]:
-            if other.every != first.every:
-                raise ConfigError(
-                    f"{other.key}.lazy",
-                    f"optimizer {key!r} is already scaled for {first.key} (every "
-                    f"{first.every}); lazy updates sharing it need the same every. "
-                    f"Received: every {other.every}",
-                )
-        scaled[key] = _lazy_spec(optimizers[key], first.every, format_key_path(("optimizers", key)))
-    return scaled
-
-
-def _lazy_spec(spec, every, key):
-    """`spec` with its learning rate times c = every / (every + 1) and its betas (Keras's
-    defaults where not given) raised to c; a schedule scales its `initial` and `final`."""
-    c = every / (every + 1)
-    options = dict(spec.options)
-    defaults = LAZY_DEFAULTS[spec.type]
-    rate = options.get("learning_rate", defaults["learning_rate"])
-    if isinstance(rate, LearningRateSchedule):
-        scaled = {"initial": rate.initial * c}
-        if isinstance(rate, LinearSchedule):  # linear and cosine end at `final`
-            scaled["final"] = rate.final * c
-        options["learning_rate"] = dataclasses.replace(rate, **scaled)
-    else:
-        options["learning_rate"] = rate * c
-    for beta in ("beta_1", "beta_2"):
-        if beta in defaults:
-            value = _number(options.get(beta, defaults[beta]), f"{key}.{beta}")
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{key}.{beta}", f"must be in [0, 1). Received: {value}")
-            options[beta] = value**c
-    return dataclasses.replace(spec, options=tuple(sorted(options.items())), lazy=every)
-
-
-def _string(value, key):
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, f"must be a non-empty string. Received: {value!r}")
-    return value
-
-
-def _boolean(value, key):
-    if not isinstance(value, bool):
-        raise ConfigError(key, f"must be true or false. Received: {value!r}")
-    return value
-
-
-def check_seed(value, key):
-    """A seed: an integer in 0..2**32 - 1 (Keras seeds NumPy, which takes no more); else a
-    ConfigError naming `key` (a config key, or a flag such as `--seed`)."""
-    value = _integer(value, key, minimum=0)
-    if value > MAX_SEED:
-        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {value}")
-    return value
-
-
-def _integer(value, key, minimum=None):
-    return as_integer(value, key, minimum)
-
-
-def _number(value, key, positive=False):
-    return as_number(value, key, positive=positive)

@@ -1,0 +1,129 @@
+"""The config's field vocabulary: `option` (a field with its default, its check and its resume
+rule) and the checks fields are built from, read by generic code (`build_section`,
+`checked_fields`, `defaults`, `record_keys`): a new key of a section is one `option` line."""
+
+import dataclasses
+
+from stagegan.config.numbers import as_integer, as_number
+from stagegan.config.overrides import (
+    check_keys,
+    check_mapping,
+)
+from stagegan.errors import ConfigError
+
+MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
+
+
+def option(default, check, resume=False, null=False):
+    """A config field: `default`, `check(value, key) -> value` (raises `ConfigError(key)`),
+    and whether a resumed run may change it (`resume`: True or False; a stage's fields name
+    their rule, see `Stage`). `null`: an explicit None is a value of its own (a stage's
+    `augment: null`), not "take the default"."""
+    metadata = {"default": default, "check": check, "resume": resume, "null": null}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def integer(minimum=None):
+    """The check of an integer of at least `minimum` (`as_integer`)."""
+    return lambda value, key: as_integer(value, key, minimum)
+
+
+def number_at_least(minimum):
+    def check(value, key):
+        value = number(value, key)
+        if value < minimum:
+            raise ConfigError(key, f"must be at least {minimum:g}. Received: {value:g}")
+        return value
+
+    return check
+
+
+def required(check):
+    """`check`, and a key that must be given (None: missing)."""
+
+    def wrapped(value, key):
+        if value is None:
+            raise ConfigError(key, "required key is missing")
+        return check(value, key)
+
+    return wrapped
+
+
+def positive_number(value, key):
+    return number(value, key, positive=True)
+
+
+def optional(check):
+    """`check`, or None passed through."""
+    return lambda value, key: None if value is None else check(value, key)
+
+
+def choice(names):
+    def check(value, key):
+        if value not in names:
+            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
+        return value
+
+    return check
+
+
+def defaults(record):
+    """`{field: default}` of a section's record (its declared fields)."""
+    return {f.name: f.metadata["default"] for f in dataclasses.fields(record) if f.metadata}
+
+
+def record_keys(*records):
+    """The keys a YAML mapping of these records may hold: their declared fields, in order."""
+    return tuple(
+        dict.fromkeys(f.name for r in records for f in dataclasses.fields(r) if f.metadata)
+    )
+
+
+def checked_fields(record, mapping, key):
+    """`{field: value}` of `record`'s declared fields (made by `option`) from the YAML mapping
+    at `key` (its keys already checked): each value given (None: not given) or the field's
+    default, through the field's check."""
+    null = {f.name for f in dataclasses.fields(record) if f.metadata.get("null")}
+    given = {n: value for n, value in mapping.items() if value is not None or n in null}
+    return {
+        f.name: f.metadata["check"](given.get(f.name, f.metadata["default"]), f"{key}.{f.name}")
+        for f in dataclasses.fields(record)
+        if f.metadata
+    }
+
+
+def build_section(record, value, key):
+    """The record of section `key` from its YAML mapping `value`, whose defaults the caller
+    has filled in (from `defaults(record)`, defaults first, as `config.yaml` keeps them):
+    unknown keys refused, each field checked."""
+    fields = dataclasses.fields(record)
+    check_keys(check_mapping(value, key), tuple(f.name for f in fields), key)
+    return record(**{f.name: f.metadata["check"](value[f.name], f"{key}.{f.name}") for f in fields})
+
+
+def string(value, key):
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"must be a non-empty string. Received: {value!r}")
+    return value
+
+
+def boolean(value, key):
+    """true or false."""
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false. Received: {value!r}")
+    return value
+
+
+def check_seed(value, key):
+    """A seed: an integer in 0..2**32 - 1 (Keras seeds NumPy, which takes no more); else a
+    ConfigError naming `key` (a config key, or a flag such as `--seed`)."""
+    value = as_integer(value, key, minimum=0)
+    if value > MAX_SEED:
+        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {value}")
+    return value
+
+
+def number(value, key, positive=False):
+    """A finite number (positive, if asked: `as_number`)."""
+    return as_number(value, key, positive=positive)
