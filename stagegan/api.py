@@ -219,17 +219,26 @@ def compare(
     the table, as `output/table.json` holds it. Finished runs in `output` are reused.
 
     Args:
-        arms: `{name: config}` or `{name: (config, overrides)}`, the baseline first; a config
-            is a preset name or a YAML path, `overrides` `key.path=value` strings or a dict
-            `{key path: value}` of plain values.
-        output: the comparison folder (new, empty, or an earlier comparison's).
-        seeds: the run seeds.
-        steps, budget: every arm trains `steps` steps, or the steps that fit in `budget`
-            seconds on this machine (None, None: each config's own).
-        count, features, eval_seed, memorise: every evaluation's (as `eval`'s `--count`,
-            `--features`, `--seed`, `--memorisation`; `eval_seed` None: each run's seed).
-        metrics: the table's metrics (empty: every declared score the evaluations give).
-        quiet: no log lines.
+        arms (dict): `{name: config}` or `{name: (config, overrides)}`, the baseline first;
+            a config is a preset name or a YAML path, `overrides` `key.path=value` strings or
+            a dict `{key path: value}` of plain values.
+        output (str | os.PathLike): the comparison folder (new, empty, or an earlier
+            comparison's).
+        seeds (Sequence[int]): the run seeds.
+        steps (int | None): every arm trains this many steps (None: each config's own, or
+            what `budget` fits).
+        budget (float | None): every arm trains the steps that fit in this many seconds on
+            this machine.
+        count (int | None): every evaluation's sample count (`eval --count`).
+        features (str | None): every evaluation's features (`eval --features`).
+        eval_seed (int | None): every evaluation's seed (`eval --seed`; None: each run's).
+        memorise (bool | str): True, False or "auto" (`eval --memorisation`).
+        metrics (Sequence[str]): the table's metrics (empty: every declared score the
+            evaluations give).
+        quiet (bool): no log lines.
+
+    Returns:
+        (dict): the table, as `output/table.json` holds it.
 
     Raises:
         stagegan.Error: bad input (an arm is named `arms[NAME]`), before anything is written.
