@@ -29,13 +29,8 @@ def integer(minimum=None):
 
 
 def number_at_least(minimum):
-    def check(value, key):
-        value = number(value, key)
-        if value < minimum:
-            raise ConfigError(key, f"must be at least {minimum:g}. Received: {value:g}")
-        return value
-
-    return check
+    """The check of a finite number of at least `minimum` (`as_number`)."""
+    return lambda value, key: as_number(value, key, minimum=minimum)
 
 
 def required(check):
@@ -92,6 +87,14 @@ def checked_fields(record, mapping, key):
     }
 
 
+def read_record(record, value, key, /, **given):
+    """`record` from the YAML mapping `value` at `key`: unknown keys refused (`record_keys`),
+    each declared field given or its default, through its check (`checked_fields`); `given`:
+    the fields the caller sets (a record's own `key`)."""
+    check_keys(check_mapping(value, key), record_keys(record), key)
+    return record(**given, **checked_fields(record, value, key))
+
+
 def build_section(record, value, key):
     """The record of section `key` from its YAML mapping `value`, whose defaults the caller
     has filled in (from `defaults(record)`, defaults first, as `config.yaml` keeps them):
@@ -127,3 +130,19 @@ def check_seed(value, key):
 def number(value, key, positive=False):
     """A finite number (positive, if asked: `as_number`)."""
     return as_number(value, key, positive=positive)
+
+
+def decay(value, key):
+    """A number in [0, 1): a decay per step (an EMA's, an Adam beta)."""
+    value = as_number(value, key)
+    if not 0 <= value < 1:
+        raise ConfigError(key, f"must be in [0, 1). Received: {value}")
+    return value
+
+
+def patterns(value, key):
+    """Glob patterns over variable paths: one, or a non-empty list."""
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
+        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
+    return tuple(value)

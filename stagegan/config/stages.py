@@ -14,6 +14,8 @@ from stagegan.config.fields import (
     number_at_least,
     option,
     optional,
+    patterns,
+    read_record,
     record_keys,
     required,
     string,
@@ -61,14 +63,6 @@ UNTIL_CHECK_EVERY = 100
 
 
 METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
-
-
-def patterns(value, key):
-    """Glob patterns over variable paths: one, or a non-empty list."""
-    value = [value] if isinstance(value, str) else value
-    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
-    return tuple(value)
 
 
 def loss_weights(value, key):
@@ -403,9 +397,7 @@ def _parse_augment(value, key):
     """An `augment:` mapping -> `AugmentConfig` (its fields declared there); None -> None."""
     if value is None:
         return None
-    spec = check_mapping(value, key)
-    check_keys(spec, record_keys(AugmentConfig), key)
-    return AugmentConfig(key=key, **checked_fields(AugmentConfig, spec, key))
+    return read_record(AugmentConfig, value, key, key=key)
 
 
 def _parse_stages(value, named, augment=None):
@@ -416,8 +408,7 @@ def _parse_stages(value, named, augment=None):
     stages, optimizers, shared, names = [], {}, set(), set()
     for i, stage_raw in enumerate(value):
         key = f"stages[{i}]"
-        check_keys(check_mapping(stage_raw, key), STAGE_KEYS, key)
-        stage = Stage(key=key, **checked_fields(Stage, stage_raw, key))
+        stage = read_record(Stage, stage_raw, key, key=key)
         if stage.name in names:
             raise ConfigError(f"{key}.name", f"stage name {stage.name!r} is used twice")
         names.add(stage.name)
@@ -454,8 +445,5 @@ def parse_until(value, key, steps):
 def parse_update(value, key, mode, named, optimizers, shared):
     """A stage's update: every key checked by its field's declaration (`Update`), then
     settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
-    update = check_mapping(value, key)
-    check_keys(update, UPDATE_KEYS, key)
-    return Update(key=key, **checked_fields(Update, update, key)).settle(
-        mode, named, optimizers, shared
-    )
+    update = read_record(Update, value, key, key=key)
+    return update.settle(mode, named, optimizers, shared)
