@@ -53,10 +53,19 @@ def optional(check):
     return lambda value, key: None if value is None else check(value, key)
 
 
+def as_given(value, key):
+    """A value taken as it is: checked later, across fields (`Stage.settle`), or by its
+    reader (a task option whose default is None)."""
+    return value
+
+
 def choice(names):
+    """The check of a value that is one of `names`."""
+
     def check(value, key):
         if value not in names:
-            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
+            known = ", ".join(map(str, names))
+            raise ConfigError(key, f"must be one of {known}. Received: {value!r}")
         return value
 
     return check
@@ -146,3 +155,30 @@ def patterns(value, key):
     if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
         raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
     return tuple(value)
+
+
+# A task's options have the type of their defaults (`stagegan.tasks.base.merge_options`), and
+# their checks compare them, never convert them: an int beyond any float stays an int, for the
+# memory check to name (`Task.check_memory`).
+
+
+def positive(value, key):
+    """A value above 0."""
+    if value <= 0:
+        raise ConfigError(key, f"must be positive. Received: {value!r}")
+    return value
+
+
+def not_negative(value, key):
+    """A value of 0 or more."""
+    if value < 0:
+        raise ConfigError(key, f"must be 0 or more. Received: {value}")
+    return value
+
+
+def object_path(value, key):
+    """A `package.module:function` path, as text (`stagegan.config.objects.load_object`
+    imports it)."""
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected 'package.module:function'. Received: {value!r}")
+    return value

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from stagegan.config.fields import (  # noqa: F401 - re-exported
     MAX_SEED,
+    as_given,
     boolean,
     build_section,
     check_seed,
@@ -101,7 +102,6 @@ from stagegan.config.stages import (  # noqa: F401 - re-exported
     Update,
     _parse_augment,
     _parse_stages,
-    as_given,
     augment_ops,
     batch_key,
     batch_sizes,

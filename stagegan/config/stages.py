@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from stagegan.config.fields import (
+    as_given,
     boolean,
     checked_fields,
     choice,
@@ -103,7 +104,7 @@ class Update:
     repeat: int = option(1, integer(1))
     every: int = option(1, integer(1))
     lazy: bool = option(False, boolean)
-    optimizer: object = option(None, lambda value, key: value)  # resolved by `settle`
+    optimizer: object = option(None, as_given)  # resolved by `settle`
     name: object = option(None, optional(string))
 
     def settle(self, mode, named, optimizers, shared):
@@ -309,11 +310,6 @@ def update_list(value, key):
     """A stage's updates, before each is read (`Stage.settle`): a non-empty list."""
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "must be a non-empty list of updates")
-    return value
-
-
-def as_given(value, key):
-    """A value read later, across fields (`Stage.settle`)."""
     return value
 
 
