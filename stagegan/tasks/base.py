@@ -227,6 +227,13 @@ class Task:
         self.networks = {}
         self.context = Context()
 
+    def check_options(self, checks):
+        """Check the options named by `checks`, `(key path, check)` pairs (`data.size`, a
+        `stagegan.config.fields` check), in order: the first wrong one is reported."""
+        for path, check in checks:
+            section, name = path.split(".")
+            check(self.options[section][name], path)
+
     def prepare(self, updates, device=None):
         """Make the state that the task's own schedule or loss terms need, before `build`
         (progressive growing's resolution and alpha), and refuse updates it cannot serve.
