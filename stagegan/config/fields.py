@@ -29,13 +29,8 @@ def integer(minimum=None):
 
 
 def number_at_least(minimum):
-    def check(value, key):
-        value = number(value, key)
-        if value < minimum:
-            raise ConfigError(key, f"must be at least {minimum:g}. Received: {value:g}")
-        return value
-
-    return check
+    """The check of a finite number of at least `minimum` (`as_number`)."""
+    return lambda value, key: as_number(value, key, minimum=minimum)
 
 
 def required(check):
@@ -58,10 +53,19 @@ def optional(check):
     return lambda value, key: None if value is None else check(value, key)
 
 
+def as_given(value, key):
+    """A value taken as it is: checked later, across fields (`Stage.settle`), or by its
+    reader (a task option whose default is None)."""
+    return value
+
+
 def choice(names):
+    """The check of a value that is one of `names`."""
+
     def check(value, key):
         if value not in names:
-            raise ConfigError(key, f"must be one of {', '.join(names)}. Received: {value!r}")
+            known = ", ".join(map(str, names))
+            raise ConfigError(key, f"must be one of {known}. Received: {value!r}")
         return value
 
     return check
@@ -90,6 +94,14 @@ def checked_fields(record, mapping, key):
         for f in dataclasses.fields(record)
         if f.metadata
     }
+
+
+def read_record(record, value, key, /, **given):
+    """`record` from the YAML mapping `value` at `key`: unknown keys refused (`record_keys`),
+    each declared field given or its default, through its check (`checked_fields`); `given`:
+    the fields the caller sets (a record's own `key`)."""
+    check_keys(check_mapping(value, key), record_keys(record), key)
+    return record(**given, **checked_fields(record, value, key))
 
 
 def build_section(record, value, key):
@@ -127,3 +139,46 @@ def check_seed(value, key):
 def number(value, key, positive=False):
     """A finite number (positive, if asked: `as_number`)."""
     return as_number(value, key, positive=positive)
+
+
+def decay(value, key):
+    """A number in [0, 1): a decay per step (an EMA's, an Adam beta)."""
+    value = as_number(value, key)
+    if not 0 <= value < 1:
+        raise ConfigError(key, f"must be in [0, 1). Received: {value}")
+    return value
+
+
+def patterns(value, key):
+    """Glob patterns over variable paths: one, or a non-empty list."""
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
+        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
+    return tuple(value)
+
+
+# A task's options have the type of their defaults (`stagegan.tasks.base.merge_options`), and
+# their checks compare them, never convert them: an int beyond any float stays an int, for the
+# memory check to name (`Task.check_memory`).
+
+
+def positive(value, key):
+    """A value above 0."""
+    if value <= 0:
+        raise ConfigError(key, f"must be positive. Received: {value!r}")
+    return value
+
+
+def not_negative(value, key):
+    """A value of 0 or more."""
+    if value < 0:
+        raise ConfigError(key, f"must be 0 or more. Received: {value}")
+    return value
+
+
+def object_path(value, key):
+    """A `package.module:function` path, as text (`stagegan.config.objects.load_object`
+    imports it)."""
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected 'package.module:function'. Received: {value!r}")
+    return value

@@ -10,6 +10,7 @@ from typing import ClassVar
 from stagegan.config.fields import (
     boolean,
     checked_fields,
+    decay,
     integer,
     number,
     option,
@@ -262,8 +263,5 @@ def _lazy_spec(spec, every, key):
         options["learning_rate"] = rate * c
     for beta in ("beta_1", "beta_2"):
         if beta in defaults:
-            value = number(options.get(beta, defaults[beta]), f"{key}.{beta}")
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{key}.{beta}", f"must be in [0, 1). Received: {value}")
-            options[beta] = value**c
+            options[beta] = decay(options.get(beta, defaults[beta]), f"{key}.{beta}") ** c
     return dataclasses.replace(spec, options=tuple(sorted(options.items())), lazy=every)

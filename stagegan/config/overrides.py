@@ -249,7 +249,7 @@ def check_keys(mapping, allowed, key):
     for name in mapping:
         if name not in allowed:
             where = format_key_path((key, name) if key else (name,))
-            raise ConfigError(where, f"unknown key (known: {', '.join(allowed)})")
+            raise ConfigError(where, f"unknown key (known: {', '.join(allowed) or 'none'})")
 
 
 def check_mapping(value, key):

@@ -35,18 +35,22 @@ from dataclasses import dataclass
 
 from stagegan.config.fields import (  # noqa: F401 - re-exported
     MAX_SEED,
+    as_given,
     boolean,
     build_section,
     check_seed,
     checked_fields,
     choice,
+    decay,
     defaults,
     integer,
     number,
     number_at_least,
     option,
     optional,
+    patterns,
     positive_number,
+    read_record,
     record_keys,
     required,
     string,
@@ -98,14 +102,12 @@ from stagegan.config.stages import (  # noqa: F401 - re-exported
     Update,
     _parse_augment,
     _parse_stages,
-    as_given,
     augment_ops,
     batch_key,
     batch_sizes,
     loss_weights,
     parse_until,
     parse_update,
-    patterns,
     probability,
     r_t,
     stage_resume_rule,
@@ -197,17 +199,6 @@ def _check_parameter_server(devices):
         )
 
 
-def _keep_best(value, key):
-    return _parse_keep_best(value)
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    every: int = option(1000, integer(0), resume=True)  # 0: at stage ends and the run's end
-    keep: int = option(3, integer(1))
-    keep_best: object = option(None, _keep_best)  # a KeepBest, or None
-
-
 @dataclass(frozen=True)
 class KeepBest:
     """`checkpoint.keep_best: {metric: fid, mode: min}`: the checkpoint of the best in-train
@@ -221,6 +212,22 @@ class KeepBest:
     def describe(self):
         better = {"min": "lowest", "max": "highest"}.get(self.mode, "best")
         return f"keep best: the checkpoint of the {better} eval {self.metric}, tagged best"
+
+
+def _parse_keep_best(value, key):
+    """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = {"metric": value}
+    return read_record(KeepBest, value, key)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = option(1000, integer(0), resume=True)  # 0: at stage ends and the run's end
+    keep: int = option(3, integer(1))
+    keep_best: object = option(None, _parse_keep_best)  # a KeepBest, or None
 
 
 PROGRESS = ("auto", "bar", "lines")
@@ -301,14 +308,6 @@ def _init_run(value, key):
     return string(value, key)
 
 
-def _patterns(only, key):
-    if isinstance(only, str):
-        only = [only]
-    if not isinstance(only, list) or not only or not all(isinstance(p, str) and p for p in only):
-        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {only!r}")
-    return tuple(only)
-
-
 @dataclass(frozen=True)
 class InitConfig:
     """A warm start (`train --init-from RUN`): the networks (and the EMA, when both runs keep
@@ -318,14 +317,7 @@ class InitConfig:
 
     run: str = option(None, _init_run)
     checkpoint: object = option(None, optional(integer(0)))  # int, or None for the newest
-    only: object = option(None, optional(_patterns))  # tuple of patterns, or None
-
-
-def _decay(value, key):
-    decay = number(value, key)
-    if not 0 <= decay < 1:
-        raise ConfigError(key, f"must be in [0, 1). Received: {decay}")
-    return decay
+    only: object = option(None, optional(patterns))  # tuple of patterns, or None
 
 
 @dataclass(frozen=True)
@@ -336,7 +328,7 @@ class EmaConfig:
     Before `start` the average simply follows the weights.
     """
 
-    decay: float = option(0.999, _decay)
+    decay: float = option(0.999, decay)
     start: int = option(0, integer(0))
     network: str = option("generator", string)
 
@@ -591,18 +583,6 @@ def _parse_samples(resolved):
     if samples.seed is None:
         samples = dataclasses.replace(samples, seed=check_seed(resolved["seed"], "seed"))
     return samples
-
-
-def _parse_keep_best(value):
-    """`checkpoint.keep_best: {metric, mode}` (or just the metric's name); None: off."""
-    if value is None:
-        return None
-    key = "checkpoint.keep_best"
-    if isinstance(value, str):
-        value = {"metric": value}
-    value = check_mapping(value, key)
-    check_keys(value, record_keys(KeepBest), key)
-    return KeepBest(**checked_fields(KeepBest, value, key))
 
 
 def _check_keep_best(keep_best, stages, eval_section):

@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from stagegan.config.fields import (
+    as_given,
     boolean,
     checked_fields,
     choice,
@@ -14,6 +15,8 @@ from stagegan.config.fields import (
     number_at_least,
     option,
     optional,
+    patterns,
+    read_record,
     record_keys,
     required,
     string,
@@ -63,14 +66,6 @@ UNTIL_CHECK_EVERY = 100
 METRIC_MODES = ("auto", "min", "max")  # auto: the direction the metric declares
 
 
-def patterns(value, key):
-    """Glob patterns over variable paths: one, or a non-empty list."""
-    value = [value] if isinstance(value, str) else value
-    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-        raise ConfigError(key, f"must be a pattern or a list of patterns. Received: {value!r}")
-    return tuple(value)
-
-
 def loss_weights(value, key):
     """`(term, weight)` pairs from a term's name (weight 1) or a mapping of terms to weights."""
     loss = check_mapping({value: 1.0} if isinstance(value, str) else value, key)
@@ -109,7 +104,7 @@ class Update:
     repeat: int = option(1, integer(1))
     every: int = option(1, integer(1))
     lazy: bool = option(False, boolean)
-    optimizer: object = option(None, lambda value, key: value)  # resolved by `settle`
+    optimizer: object = option(None, as_given)  # resolved by `settle`
     name: object = option(None, optional(string))
 
     def settle(self, mode, named, optimizers, shared):
@@ -318,11 +313,6 @@ def update_list(value, key):
     return value
 
 
-def as_given(value, key):
-    """A value read later, across fields (`Stage.settle`)."""
-    return value
-
-
 # A stage's fields that `--set` may change on resume, and when (`Stage`, `run.resume`).
 WHILE_RUNNING = "while_running"  # until a later stage begins, not below the steps run
 
@@ -403,9 +393,7 @@ def _parse_augment(value, key):
     """An `augment:` mapping -> `AugmentConfig` (its fields declared there); None -> None."""
     if value is None:
         return None
-    spec = check_mapping(value, key)
-    check_keys(spec, record_keys(AugmentConfig), key)
-    return AugmentConfig(key=key, **checked_fields(AugmentConfig, spec, key))
+    return read_record(AugmentConfig, value, key, key=key)
 
 
 def _parse_stages(value, named, augment=None):
@@ -416,8 +404,7 @@ def _parse_stages(value, named, augment=None):
     stages, optimizers, shared, names = [], {}, set(), set()
     for i, stage_raw in enumerate(value):
         key = f"stages[{i}]"
-        check_keys(check_mapping(stage_raw, key), STAGE_KEYS, key)
-        stage = Stage(key=key, **checked_fields(Stage, stage_raw, key))
+        stage = read_record(Stage, stage_raw, key, key=key)
         if stage.name in names:
             raise ConfigError(f"{key}.name", f"stage name {stage.name!r} is used twice")
         names.add(stage.name)
@@ -454,8 +441,5 @@ def parse_until(value, key, steps):
 def parse_update(value, key, mode, named, optimizers, shared):
     """A stage's update: every key checked by its field's declaration (`Update`), then
     settled for the stage's `mode` and the run's optimizers (`Update.settle`)."""
-    update = check_mapping(value, key)
-    check_keys(update, UPDATE_KEYS, key)
-    return Update(key=key, **checked_fields(Update, update, key)).settle(
-        mode, named, optimizers, shared
-    )
+    update = read_record(Update, value, key, key=key)
+    return update.settle(mode, named, optimizers, shared)

@@ -39,7 +39,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stagegan.config.overrides import format_key_path
+from stagegan.config import fields
+from stagegan.config.overrides import check_keys
 from stagegan.config.schema import batch_sizes
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import pack, unpack
@@ -225,6 +226,13 @@ class Task:
         regularisers.check_options(self.loss)
         self.networks = {}
         self.context = Context()
+
+    def check_options(self, checks):
+        """Check the options named by `checks`, `(key path, check)` pairs (`data.size`, a
+        `stagegan.config.fields` check), in order: the first wrong one is reported."""
+        for path, check in checks:
+            section, name = path.split(".")
+            check(self.options[section][name], path)
 
     def prepare(self, updates, device=None):
         """Make the state that the task's own schedule or loss terms need, before `build`
@@ -481,10 +489,8 @@ def build_network(task, scope, default, inputs, output):
     path = task.model.get(scope)
     if path is None:
         builder = default
-    elif isinstance(path, str):
-        builder = load_object(path, key)
     else:
-        raise ConfigError(key, f"expected 'package.module:function'. Received: {path!r}")
+        builder = load_object(fields.object_path(path, key), key)
     label = path or f"the built-in {scope}"
     # The built-in networks are called plainly: a bug there keeps its traceback.
     call = (lambda f, *a, **k: f(*a, **k)) if path is None else partial(call_user, key, label)
@@ -714,25 +720,9 @@ def merge_options(options, defaults):
     merged = {}
     for section, section_defaults in defaults.items():
         given = options.get(section) or {}
-        for key, value in given.items():
-            if key not in section_defaults:
-                known = ", ".join(section_defaults) or "none"
-                where = format_key_path((section, key))
-                raise ConfigError(where, f"unknown key (known: {known})")
-            default = section_defaults[key]
-            if default is None:  # any value (None included) is the task's to check
-                continue
-            if isinstance(default, bool) or isinstance(value, bool):
-                ok = isinstance(default, bool) and isinstance(value, bool)
-            elif isinstance(default, float):
-                ok = isinstance(value, (int, float))
-            else:
-                ok = isinstance(value, type(default))
-            if not ok:
-                raise ConfigError(
-                    f"{section}.{key}",
-                    f"must be {type(default).__name__}. Received: {value!r}",
-                )
+        for key, value in given.items():  # key by key: the first wrong one is reported
+            check_keys((key,), section_defaults, section)
+            like(section_defaults[key])(value, f"{section}.{key}")
         merged[section] = {**copy.deepcopy(section_defaults), **given}
     for section in options:
         if section not in defaults and options[section]:
@@ -740,22 +730,32 @@ def merge_options(options, defaults):
     return merged
 
 
+def like(default):
+    """The check of a task option whose default is `default`: a value of its type (an int
+    for a float; true or false only for a bool); None: any value, the task's to check."""
+
+    def check(value, key):
+        if isinstance(default, bool) or isinstance(value, bool):
+            ok = isinstance(default, bool) and isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float))
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise ConfigError(key, f"must be {type(default).__name__}. Received: {value!r}")
+        return value
+
+    return fields.as_given if default is None else check
+
+
 def choice(options, section, key, allowed):
-    """Check that `options[key]` is one of `allowed`; returns it."""
-    value = options[key]
-    if value not in allowed:
-        raise ConfigError(
-            f"{section}.{key}",
-            f"must be one of {', '.join(map(str, allowed))}. Received: {value!r}",
-        )
-    return value
+    """`options[key]`, checked to be one of `allowed` (`fields.choice`)."""
+    return fields.choice(allowed)(options[key], f"{section}.{key}")
 
 
 def positive(options, section, key):
-    value = options[key]
-    if value <= 0:
-        raise ConfigError(f"{section}.{key}", f"must be positive. Received: {value!r}")
-    return value
+    """`options[key]`, checked to be above 0 (`fields.positive`)."""
+    return fields.positive(options[key], f"{section}.{key}")
 
 
 def _sample_parts(counts, factors, per_sample, sample_keys):

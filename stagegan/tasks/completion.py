@@ -69,6 +69,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from stagegan.config.fields import boolean, choice, not_negative, object_path, optional, positive
 from stagegan.core import losses, regularisers
 from stagegan.core.layers import conv2d, dense
 from stagegan.data import masks
@@ -82,13 +83,73 @@ from stagegan.tasks.base import (
     Sizes,
     build_network,
     builds_own,
-    choice,
     float32,
     make_generator,
-    positive,
 )
 
 RECONSTRUCTION = {"l1": losses.masked_l1, "l2": losses.masked_l2}
+
+
+def mask_folder(value, key):
+    """`data.masks`: a folder of mask images."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"expected a folder of mask images. Received: {value!r}")
+    return value
+
+
+def dilation_rates(value, key):
+    """`model.dilations`: positive integers."""
+    if not all(isinstance(r, int) and r >= 1 for r in value):
+        raise ConfigError(key, "must be a list of positive integers")
+    return value
+
+
+def feather_width(value, key):
+    """`model.feather`: a whole number of pixels, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(key, f"must be a whole number of pixels, 0 or more. Received: {value!r}")
+    return value
+
+
+def spatial_discount(value, key):
+    """`loss.spatial_discount`: DeepFill's gamma, in (0, 1] (compared, as task options are)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(
+            key, f"must be a number in (0, 1] (DeepFill: 0.9), or null. Received: {value!r}"
+        )
+    return value
+
+
+def adversarial_loss(value, key):
+    """`loss.adversarial`: a known loss (`losses.adversarial`) that is not relativistic."""
+    losses.adversarial(value, key)
+    if losses.relativistic(value):
+        raise ConfigError(
+            key,
+            f"{value} is not available for task completion (it pairs real and generated "
+            "outputs; a completion's are partly real)",
+        )
+    return value
+
+
+# Each option's own check (`check(value, key)`, as a config field's: `stagegan.config.fields`),
+# in the order they run (`Task.check_options`); `__init__` checks across options.
+OPTION_CHECKS = (
+    ("data.strokes", not_negative),
+    ("data.holes", choice(("rectangle", *masks.GENERATORS))),
+    ("data.masks", optional(mask_folder)),
+    ("model.width", positive),
+    ("model.dilations", dilation_rates),
+    ("model.discriminator_type", choice(("glcic", "patch"))),
+    ("model.feather", feather_width),
+    ("model.gated", boolean),
+    ("loss.spatial_discount", optional(spatial_discount)),
+    ("loss.perceptual_network", optional(object_path)),
+    ("loss.reconstruction", choice(tuple(RECONSTRUCTION))),
+    ("loss.reduction", choice(losses.REDUCTIONS)),
+    ("loss.adversarial", adversarial_loss),
+    ("loss.adversarial_target", choice(("image", "hole"))),
+)
 
 
 class Completion(ImageTask):
@@ -152,35 +213,9 @@ class Completion(ImageTask):
                 "need 0 < hole_min <= hole_max <= 1. "
                 f"Received: hole_min={d['hole_min']}, hole_max={d['hole_max']}",
             )
-        if d["strokes"] < 0:
-            raise ConfigError("data.strokes", f"must be 0 or more. Received: {d['strokes']}")
-        choice(d, "data", "holes", ("rectangle", *masks.GENERATORS))
-        if d["masks"] is not None and (not isinstance(d["masks"], str) or not d["masks"]):
-            raise ConfigError(
-                "data.masks", f"expected a folder of mask images. Received: {d['masks']!r}"
-            )
-        positive(self.model, "model", "width")
-        if not all(isinstance(r, int) and r >= 1 for r in self.model["dilations"]):
-            raise ConfigError("model.dilations", "must be a list of positive integers")
-        choice(self.model, "model", "discriminator_type", ("glcic", "patch"))
-        feather = self.model["feather"]
-        if isinstance(feather, bool) or not isinstance(feather, int) or feather < 0:
-            raise ConfigError(
-                "model.feather",
-                f"must be a whole number of pixels, 0 or more. Received: {feather!r}",
-            )
-        self.check_recipe_options()
-        choice(self.loss, "loss", "reconstruction", tuple(RECONSTRUCTION))
-        choice(self.loss, "loss", "reduction", losses.REDUCTIONS)
+        self.check_options(OPTION_CHECKS)
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
-        if losses.relativistic(self.loss["adversarial"]):
-            raise ConfigError(
-                "loss.adversarial",
-                f"{self.loss['adversarial']} is not available for task completion (it pairs "
-                "real and generated outputs; a completion's are partly real)",
-            )
         self.d_hole_loss, self.g_hole_loss = losses.targeted(self.loss["adversarial"])
-        choice(self.loss, "loss", "adversarial_target", ("image", "hole"))
         if self.loss["adversarial_target"] == "hole" and self.model["discriminator"] is None:
             if self.model["discriminator_type"] != "patch":
                 raise ConfigError(
@@ -208,30 +243,6 @@ class Completion(ImageTask):
             raise ConfigError(
                 "model.dilations",
                 f"a rate above data.size ({self.size}) sees only padding. Received: {wide[0]}",
-            )
-
-    def check_recipe_options(self):
-        """The options of LaMa's and DeepFill's recipes: `model.gated`,
-        `loss.spatial_discount`, `loss.perceptual_network`."""
-        if not isinstance(self.model["gated"], bool):
-            raise ConfigError(
-                "model.gated", f"must be true or false. Received: {self.model['gated']!r}"
-            )
-        discount = self.loss["spatial_discount"]
-        if discount is not None and (
-            isinstance(discount, bool)
-            or not isinstance(discount, (int, float))
-            or not 0 < discount <= 1
-        ):
-            raise ConfigError(
-                "loss.spatial_discount",
-                f"must be a number in (0, 1] (DeepFill: 0.9), or null. Received: {discount!r}",
-            )
-        network = self.loss["perceptual_network"]
-        if network is not None and not isinstance(network, str):
-            raise ConfigError(
-                "loss.perceptual_network",
-                f"expected 'package.module:function'. Received: {network!r}",
             )
 
     def describe(self, stages):
