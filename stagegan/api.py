@@ -67,6 +67,7 @@ API_KEYS = {
     "--format": "format",
     "--memorisation": "memorise",
     "--nearest": "nearest",
+    "--no-ema": "ema",
     "--arm": "arms",
     "--seeds": "seeds",
     "--steps": "steps",

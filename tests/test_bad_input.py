@@ -928,6 +928,46 @@ CASES = {
         ],  # fmt: skip
         ["--seed: draws the holes of --input images, and --masks gives them"],
     ),
+    "plan --budget with a unit twice": (
+        ["plan", "--config", "{root}/toy.yaml", "--budget", "1h1h"],
+        ["--budget: expected a duration like 90s, 10m, 1.5h or 1h30m, each unit once"],
+    ),
+    "sample --seed of 400 digits": (
+        [
+            "sample",
+            "--run",
+            "{root}/run",
+            "--num",
+            "4",
+            "--seed",
+            "9" * 400,
+            "--output",
+            "{root}/s.png",
+        ],  # fmt: skip
+        ["--seed: must be at most 4294967295 (2**32 - 1). Received: an integer beyond 1e308"],
+    ),
+    "sample --truncation past any latent": (
+        [
+            "sample",
+            "--run",
+            "{root}/run",
+            "--num",
+            "4",
+            "--truncation",
+            "1e308",
+            "--output",
+            "{root}/s.png",
+        ],  # fmt: skip
+        ["--truncation: must be at most 1e+06"],
+    ),
+    "sample --no-ema on a run without an EMA": (
+        ["sample", "--run", "{root}/run", "--num", "4", "--no-ema", "--output", "{root}/s.png"],
+        ["--no-ema: the run keeps no EMA"],
+    ),
+    "eval --no-ema on a run without an EMA": (
+        ["eval", "--run", "{root}/run", "--no-ema"],
+        ["--no-ema: the run keeps no EMA"],
+    ),
     "sample --input for a task that takes no images": (
         ["sample", "--run", "{root}/run", "--input", "{root}/few", "--output", "{root}/s.png"],
         ["--input: task 'toy' takes no input images"],

@@ -125,3 +125,20 @@ def test_record_bytes_are_checked_too():
     assert reader.checked_bytes(png_header(9000, 9000), 32) == b""
     assert reader.peek_bytes(png_header(9000, 9000), 32) is None
     assert reader.peek_bytes(good, 32).shape == (8, 8, 3)
+
+
+def test_reading_a_finished_run_drops_the_advice_for_training_it(caplog):
+    """`sample`/`eval` on a run trained on a small folder printed `data.path: ... memorises
+    them` before their own one line (hardening round 5): advice to a run about to train."""
+    from stagegan.data.sources.base import check_count
+    from stagegan.run.reading import _advice_dropped
+
+    with caplog.at_level(logging.WARNING, logger="stagegan"):
+        check_count(40, 8, "imgs")
+        with _advice_dropped():
+            check_count(40, 8, "imgs")
+            logging.getLogger("stagegan").warning("kept")
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        "data.path: imgs has only 40 images",
+        "kept",
+    ]

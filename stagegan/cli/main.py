@@ -249,6 +249,13 @@ def parse_duration(text, key="--budget"):
         raise ConfigError(
             key, f"expected a duration like 90s, 10m, 1.5h or 1h30m. Received: {brief(text)}"
         )
+    units = [unit for _, unit in pieces]
+    if len(set(units)) < len(units) or units != sorted(units, key="hms".index):
+        raise ConfigError(
+            key,
+            f"expected a duration like 90s, 10m, 1.5h or 1h30m, each unit once, hours first. "
+            f"Received: {brief(text)}",
+        )
     seconds = 0.0
     for number, unit in pieces:
         value = parse_number(number, key, what="a duration like 90s, 10m, 1.5h or 1h30m")

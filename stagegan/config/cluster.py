@@ -290,6 +290,12 @@ def is_chief(config, run_dir):
             )
         return True
     if config.devices.strategy != "multi_worker":
+        if os.environ.get("TF_CONFIG"):
+            logging.getLogger("stagegan").warning(
+                "TF_CONFIG: set, but devices.strategy is %s, which trains in this process "
+                "alone and does not read it (multi_worker and parameter_server do)",
+                config.devices.strategy,
+            )
         return True
     _, _, chief = worker_cluster()
     if run_dir is None:

@@ -9,7 +9,7 @@ from stagegan.config.overrides import (
     check_keys,
     check_mapping,
 )
-from stagegan.errors import ConfigError
+from stagegan.errors import ConfigError, shown
 
 MAX_SEED = 2**32 - 1  # seeds: 0..MAX_SEED (`check_seed`)
 
@@ -130,9 +130,10 @@ def boolean(value, key):
 def check_seed(value, key):
     """A seed: an integer in 0..2**32 - 1 (Keras seeds NumPy, which takes no more); else a
     ConfigError naming `key` (a config key, or a flag such as `--seed`)."""
-    value = as_integer(value, key, minimum=0)
+    value = as_integer(value, key, minimum=0, maximum=None)
     if value > MAX_SEED:
-        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {value}")
+        received = shown(value)
+        raise ConfigError(key, f"must be at most {MAX_SEED} (2**32 - 1). Received: {received}")
     return value
 
 

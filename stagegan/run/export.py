@@ -121,6 +121,9 @@ def export_generator(trainer, output, fmt, ema=True, run=None):
             without a generator.
         WriteError: the folder cannot be written.
     """
+    from stagegan.run.reading import check_no_ema
+
+    check_no_ema(trainer, ema)
     check_format(fmt)
     if "generator" not in trainer.networks:
         raise ConfigError("--run", f"task {trainer.task.name!r} has no generator network")

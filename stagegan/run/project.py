@@ -139,11 +139,12 @@ def write_projection(trainer, input_dir, output, steps, restarts, seed, ema=True
     Raises:
         ConfigError: a task without latent images, a folder without readable images.
     """
-    from stagegan.run.reading import readable_images, user_files
+    from stagegan.run.reading import check_no_ema, readable_images, user_files
     from stagegan.runfolder import pictures
 
     task = trainer.task
     check_projectable(task)
+    check_no_ema(trainer, ema)
     files, options = user_files(task, input_dir)
     files = files[:num]
     # before any image is decoded: the images and their restarts' samples, held at once

@@ -10,6 +10,7 @@ What the CLI's `sample` and `eval` commands do, importable and testable without 
 import contextlib
 import dataclasses
 import datetime
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -242,12 +243,37 @@ def restore_run(run_dir, checkpoint=None):
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised
             tf.config.experimental.set_memory_growth(gpu, True)
     recorded = read_clusters(run_dir, config.data)
-    trainer = Trainer(
-        config, stage_ends(config.stages, entry), recorded_clusters=recorded, optimizer_state=False
-    )
+    with _advice_dropped():  # the run trained already: advice on training it is noise here
+        trainer = Trainer(
+            config,
+            stage_ends(config.stages, entry),
+            recorded_clusters=recorded,
+            optimizer_state=False,
+        )
     key = "--run" if checkpoint is None else "--checkpoint"
     read_checkpoint(trainer.checkpoint, path, key).expect_partial()
     return trainer, path
+
+
+@contextlib.contextmanager
+def _advice_dropped():
+    """stagegan's log records marked `before_training` (advice on a run about to train, such
+    as a folder too small not to be memorised) are dropped while a finished run is read."""
+    logger = logging.getLogger("stagegan")
+    advice = lambda record: not getattr(record, "before_training", False)
+    logger.addFilter(advice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(advice)
+
+
+def check_no_ema(trainer, ema, key="--no-ema"):
+    """Refuse asking for the live weights instead of an EMA that the run does not keep."""
+    if not ema and trainer.ema is None:
+        raise ConfigError(
+            key, "the run keeps no EMA (its config has ema: null): its live weights are all it has"
+        )
 
 
 def user_files(task, folder):
@@ -384,6 +410,7 @@ def sample_arrays(
     chunk = batch_size or chunk_size(trainer.config)
     key = "--batch-size" if batch_size else "eval.batch_size"
     check_sample_options(task, input_dir, masks_dir, class_name, truncation, interpolate)
+    check_no_ema(trainer, ema)
     if num is None:  # every image of input_dir
         if input_dir is None:
             raise ConfigError("--num", "how many samples? Give a count (None only with --input)")
@@ -447,6 +474,9 @@ def latent_walk(task, num, seed, keyframes, truncation=None):
     return inputs, {"keyframes": keyframes}
 
 
+MAX_TRUNCATION = 1e6  # `sample --truncation`: past this, a float32 latent bound overflows
+
+
 def check_walk(num, truncation, interpolate, output=None):
     """The latent options of `sample`, checked before anything is loaded."""
     if truncation is not None:
@@ -457,6 +487,12 @@ def check_walk(num, truncation, interpolate, output=None):
         if not positive:
             received = shown(truncation)
             raise ConfigError("--truncation", f"must be a positive number. Received: {received}")
+        if truncation > MAX_TRUNCATION:
+            raise ConfigError(
+                "--truncation",
+                f"must be at most {MAX_TRUNCATION:g} (no latent drawn from N(0, 1) reaches it: "
+                f"nothing would be redrawn). Received: {shown(truncation)}",
+            )
     if interpolate is not None and not (
         isinstance(interpolate, int) and not isinstance(interpolate, bool) and 2 <= interpolate
     ):
@@ -492,6 +528,7 @@ def evaluate_run(
 
     if features is None and trainer.config.eval is not None:  # the run's own, if it named some
         features = trainer.config.eval.features
+    check_no_ema(trainer, ema)
     evaluation = Evaluation(
         trainer,
         Path(run_dir),

@@ -418,6 +418,7 @@ def check_count(count, batch_size, path, batch_key="batch_size"):
             "images memorises them",
             path,
             count,
+            extra={"before_training": True},  # advice for a run about to train, not a reader
         )
 
 
