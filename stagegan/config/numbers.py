@@ -7,7 +7,6 @@ through `parse_number`), so that what no float can hold (an integer of 400 digit
 Imports nothing heavy: the CLI checks its flags before it imports TensorFlow.
 """
 
-import argparse
 import math
 import re
 
@@ -98,20 +97,3 @@ def parse_number(text, key, integer=False, **bounds):
     if isinstance(value, float) and math.isinf(value):  # 1e400: beyond any float
         raise ConfigError(key, f"must be a finite number. Received: {brief(text)}")
     return as_number(value, key, **bounds)
-
-
-def flag(integer=False, **bounds):
-    """An argparse `type` for a numeric flag, through `parse_number`: text that is no number
-    reads `--flag: invalid int value: 'abc'` (argparse's words), a number out of bounds the
-    checked message (`--flag: must be at least 1. Received: 0`)."""
-
-    def parse(text):
-        try:
-            return parse_number(text, "", integer, **bounds)
-        except ConfigError as e:
-            if e.message.startswith("must be a") and "Received: '" in e.message:
-                raise ValueError(text) from None  # argparse: "invalid int value: 'abc'"
-            raise argparse.ArgumentTypeError(e.message) from None
-
-    parse.__name__ = "int" if integer else "float"
-    return parse
