@@ -61,6 +61,29 @@ def test_mode_seeking_by_hand():
     assert float(losses.mode_seeking(spread, latents)) == pytest.approx(1 / (2 + 1e-5), rel=1e-6)
 
 
+def test_mode_seeking_pairs_by_hand():
+    # the pairs of test_mode_seeking_by_hand, each alone: pair 0 |1 - 0| + |3 - 0| = 4 over 2
+    # elements = 2, over |0 - 2| = 2: ratio 1; pair 1 (|2 - 4| + 0) / 2 = 1 over 1: ratio 1
+    images = tf.constant([[0.0, 0.0], [1.0, 3.0], [2.0, 0.0], [4.0, 0.0]])
+    latents = tf.constant([[0.0], [2.0], [1.0], [0.0]])
+    assert float(losses.mode_seeking_pairs(images, latents)) == pytest.approx(1 / (1 + 1e-5))
+    # a nearly collapsed pair (rows 2 and 3, 0.02 apart: ratio 0.01) dominates; the batch
+    # form is barely moved, mean distances (4 + 0.02) / 4 over 1.5
+    collapsed = tf.Variable([[0.0, 0.0], [1.0, 3.0], [2.0, 0.0], [2.02, 0.0]])
+    with tf.GradientTape() as tape:
+        value = losses.mode_seeking_pairs(collapsed, latents, epsilon=0.01)
+    assert float(value) == pytest.approx((1 / 1.01 + 1 / 0.02) / 2, rel=1e-5)
+    batch = losses.mode_seeking(collapsed, latents)
+    assert float(batch) == pytest.approx(1 / (1.005 / 1.5 + 1e-5), rel=1e-5)
+    grads = tape.gradient(value, collapsed).numpy()
+    # d/d(apart_k) of (1 / (apart_k / between_k + e)) / 2 = -1 / (2 between_k (ratio_k + e)^2);
+    # apart_k = mean|difference| over the pair's 2 elements, so each element gets half of it
+    pair0 = 1 / (2 * 2 * 1.01**2) / 2
+    assert grads[1] == pytest.approx([-pair0, -pair0], rel=1e-4)  # pushed away from row 0
+    # -625, some 5,000 times pair 0's
+    assert grads[3][0] == pytest.approx(-1 / (2 * 1 * 0.02**2) / 2, rel=1e-4)
+
+
 def hand_task(adversarial="rpgan"):
     """Packs of 2, conditional: G([z, y]) = 2 z + y; D([pack, labels]) = sum(pack^2) / 2 +
     sum(labels), whose input gradient is the pack itself."""
@@ -104,6 +127,10 @@ def test_rpgan_r2_and_mode_seeking_through_packing_and_classes_by_hand():
     # pairs (2, 4) and (-2, 4) from latents (0.5, 1.5) and (-1, 2): ratio (2 + 6) / (1 + 3)
     assert out["mode_seeking"] == pytest.approx(1 / (2 + 1e-5), rel=1e-6)
     assert out["d_real_accuracy"] == 0.5  # 3.5 < 12, 13.5 > 10
+    # pair by pair: |2 - 4| / |0.5 - 1.5| = 2 and |-2 - 4| / |-1 - 2| = 2, with the same classes
+    pairs = adversarial_losses(hand_task(), BATCH, ("g_loss", "mode_seeking_pairs"))
+    assert float(pairs["mode_seeking_pairs"]) == pytest.approx(1 / (2 + 1e-5), rel=1e-6)
+    assert float(pairs["g_loss"]) == pytest.approx(out["g_loss"], rel=1e-6)
     # The generator's term alone scores the real packs itself; without mode_seeking each
     # sample keeps its class: G = (2, 3, -2, 5), D = 6.5 + 1 and 14.5 + 1.
     alone = adversarial_losses(hand_task(), BATCH, ("g_loss",))
@@ -250,6 +277,11 @@ def test_a_conditional_packed_augmented_run_with_every_lever_trains(npz):
         (
             {"g_loss": {"g_loss": 1, "mode_seeking": 1}, "batch": 6, "towers": 2},
             "stages[0].updates[1].loss.mode_seeking",
+            "must be even (batch_size 6 over 2 replicas = 3)",
+        ),
+        (
+            {"g_loss": {"g_loss": 1, "mode_seeking_pairs": 1}, "batch": 6, "towers": 2},
+            "stages[0].updates[1].loss.mode_seeking_pairs",
             "must be even (batch_size 6 over 2 replicas = 3)",
         ),
     ],

@@ -619,8 +619,13 @@ class ImageTask(Task):
         return self.source.trackables()
 
 
+# The generator terms that pair consecutive samples of one class (`losses.mode_seeking`).
+MODE_SEEKING = ("mode_seeking", "mode_seeking_pairs")
+
+
 def adversarial_losses(task, batch, terms):
-    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `r2`, `mode_seeking`, `lecam` and the
+    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `r2`, `mode_seeking`,
+    `mode_seeking_pairs`, `lecam` and the
     `bcr` terms (`stagegan.core.regularisers`) of a generator/discriminator pair whose
     discriminator sees `task.pack` samples at once (1: one sample, no packing).
 
@@ -634,9 +639,10 @@ def adversarial_losses(task, batch, terms):
     A conditional task (`task.conditional`) generates from `[z, fake_y]` and its
     discriminator takes `[pack, the pack's classes]`: real images with their classes `y`,
     generated ones with `fake_y`; R1 and the gradient penalty use the real classes, R2 the
-    generated ones. When `mode_seeking` is requested, consecutive samples (2k, 2k + 1) are
-    generated with the class of the first (MSGAN's two latents of one class), for every term
-    of the step, and the term compares each pair (`losses.mode_seeking`).
+    generated ones. When `mode_seeking` (or `mode_seeking_pairs`) is requested, consecutive
+    samples (2k, 2k + 1) are generated with the class of the first (MSGAN's two latents of one
+    class), for every term of the step, and the term compares each pair
+    (`losses.mode_seeking`, `losses.mode_seeking_pairs`).
 
     Args:
         task: has `generator`, `discriminator`, `pack`, `loss` (its `adversarial`), `d_loss`
@@ -647,7 +653,8 @@ def adversarial_losses(task, batch, terms):
     """
     m, x, out = task.pack, batch["x"], {}
     conditional = task.conditional
-    if conditional and "mode_seeking" in terms:
+    seeking = set(MODE_SEEKING) & set(terms)
+    if conditional and seeking:
         batch = {**batch, "fake_y": tf.repeat(batch["fake_y"][0::2], 2)}
 
     def critic_of(labels, side):
@@ -665,7 +672,7 @@ def adversarial_losses(task, batch, terms):
     fake_critic = critic_of(batch.get("fake_y"), "fake")
     # Terms that score real and (constant) generated samples with the discriminator.
     scored = {"d_loss", *regularisers.TERMS, *regularisers.LECAM_MONITORS} & set(terms)
-    if {"g_loss", "gradient_penalty", "r2", "mode_seeking"} & set(terms) or scored:
+    if {"g_loss", "gradient_penalty", "r2", *seeking} & set(terms) or scored:
         latent = [batch["z"], batch["fake_y"]] if conditional else batch["z"]
         fake = float32(task.generator(latent, training=True))
     if scored:
@@ -692,8 +699,8 @@ def adversarial_losses(task, batch, terms):
         generated = fake if {"gradient_penalty", "r2"} & set(terms) else None  # R1 alone: none
         critics = (real_critic, fake_critic)
         out.update(_penalties(terms, critics, x, generated, batch.get("epsilon"), m))
-    if "mode_seeking" in terms:
-        out["mode_seeking"] = losses.mode_seeking(fake, batch["z"])
+    for term in seeking:
+        out[term] = getattr(losses, term)(fake, batch["z"])
     return out
 
 

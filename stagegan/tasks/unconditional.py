@@ -9,6 +9,8 @@ BigGAN's residual networks at 28 to 128 px (`stagegan.tasks.resnet`). Loss terms
     r2                  R2 on generated images (weight it gamma / 2; R3GAN: rpgan, r1, r2)
     mode_seeking        MSGAN's term for the generator (Mao et al. 2019): generated samples
                         come in pairs of one class, pushed apart (`losses.mode_seeking`)
+    mode_seeking_pairs  the same term taken pair by pair, which pushes hardest on the
+                        classes that collapsed (`losses.mode_seeking_pairs`)
     lecam               LeCam (Tseng et al. 2021; `loss.lecam_decay`, `loss.lecam_start`)
     bcr, bcr_real,      balanced consistency (Zhao et al. 2021; `loss.bcr_ops`), and its
     bcr_fake            halves (see `stagegan.core.regularisers`)
@@ -39,6 +41,7 @@ from stagegan.errors import ConfigError
 from stagegan.runfolder import pictures
 from stagegan.tasks import progressive, resnet
 from stagegan.tasks.base import (
+    MODE_SEEKING,
     Description,
     ImageTask,
     Sizes,
@@ -70,7 +73,7 @@ class Unconditional(ImageTask):
         "gradient_penalty",
         "r1",
         "r2",
-        "mode_seeking",
+        *MODE_SEEKING,
         *regularisers.TERMS,
     )
     generator_adversarial_terms = ("g_loss",)  # what benchmarks/ablation.py removes
@@ -333,15 +336,17 @@ class Unconditional(ImageTask):
 
 
 def check_pairs(stages, batch_size, replicas):
-    """`mode_seeking` pairs consecutive samples of each replica's shard: every shard of a
-    stage that trains on it must be even (so no pair spans two devices)."""
+    """`mode_seeking` (and `mode_seeking_pairs`) pairs consecutive samples of each replica's
+    shard: every shard of a stage that trains on it must be even (so no pair spans two
+    devices)."""
     for stage in stages:
         size = batch_size if stage.batch_size is None else stage.batch_size
         for update in stage.updates:
-            if "mode_seeking" in dict(update.loss) and (size // replicas) % 2:
+            term = next((t for t in MODE_SEEKING if t in dict(update.loss)), None)
+            if term and (size // replicas) % 2:
                 where = batch_key(stage)
                 raise ConfigError(
-                    format_key_path((update.key, "loss", "mode_seeking")),
+                    format_key_path((update.key, "loss", term)),
                     "pairs consecutive samples, so each replica's share of the batch must be "
                     f"even ({where} {size} over {replicas} replica"
                     f"{'s' if replicas > 1 else ''} = {size // replicas})",
