@@ -624,10 +624,9 @@ MODE_SEEKING = ("mode_seeking", "mode_seeking_pairs")
 
 
 def adversarial_losses(task, batch, terms):
-    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `r2`, `mode_seeking`,
-    `mode_seeking_pairs`, `lecam` and the
-    `bcr` terms (`stagegan.core.regularisers`) of a generator/discriminator pair whose
-    discriminator sees `task.pack` samples at once (1: one sample, no packing).
+    """`d_loss`, `g_loss`, `gradient_penalty`, `r1`, `r2`, `mode_seeking`, `mode_seeking_pairs`,
+    `lecam` and the `bcr` terms (`stagegan.core.regularisers`) of a generator/discriminator
+    pair whose discriminator sees `task.pack` samples at once (1: one sample, no packing).
 
     Real and generated samples are packed separately (`stagegan.core.layers.pack`), so every pack is
     all real or all generated. The gradient penalty interpolates whole packs (one weight per
@@ -653,7 +652,7 @@ def adversarial_losses(task, batch, terms):
     """
     m, x, out = task.pack, batch["x"], {}
     conditional = task.conditional
-    seeking = set(MODE_SEEKING) & set(terms)
+    seeking = [term for term in MODE_SEEKING if term in terms]
     if conditional and seeking:
         batch = {**batch, "fake_y": tf.repeat(batch["fake_y"][0::2], 2)}
 
