@@ -133,9 +133,11 @@ def test_plan_budget_times_each_stage_and_sizes_the_run(tmp_path):
     import re
 
     config = tmp_path / "c.yaml"
+    decaying = {"type": "sgd", "learning_rate": {"schedule": "linear", "initial": 0.1,
+                                                 "final": 0.0, "steps": 20}}  # fmt: skip
     stages = [
         {"name": "d", "steps": 40, "updates": [D]},
-        {"name": "g2", "steps": 20, "updates": [D]},
+        {"name": "g2", "steps": 20, "updates": [{**D, "optimizer": decaying}]},
     ]
     config.write_text(yaml.safe_dump(toy_config(stages, "p")))
     result = inprocess("plan", "--config", str(config), "--budget", "1h30m")
@@ -150,6 +152,11 @@ def test_plan_budget_times_each_stage_and_sizes_the_run(tmp_path):
     assert factor == pytest.approx(5400 / seconds, rel=0.01)  # the ms printed to 3 digits
     fitted = [int(n) for n in re.findall(r"--set stages\[\d\]\.steps=(\d+)", out)]
     assert fitted == pytest.approx([40 * factor, 20 * factor], rel=0.02)
+    # the second stage's rate decays over the stage: it is given the stage's new length
+    decay = re.search(
+        r"--set stages\[1\]\.updates\[0\]\.optimizer\.learning_rate\.steps=(\d+)", out
+    )
+    assert decay and int(decay[1]) == fitted[1]
     assert not list(tmp_path.glob("runs"))
 
 

@@ -237,7 +237,8 @@ def time_stages(trainer):
 
 def describe_budget(trainer, budget, timings=None):
     """The plan's lines on `budget` seconds: each stage's measured time per step, what the
-    config's steps cost, and how many steps fit (in the config's proportions)."""
+    config's steps cost, and how many steps fit (in the config's proportions), with the
+    `--set`s that give them (`compare.length_overrides`: a schedule spanning a stage too)."""
     timings = time_stages(trainer) if timings is None else timings
     total = sum(s.steps * per_step for s, per_step, _ in timings)
     lines = [
@@ -256,10 +257,12 @@ def describe_budget(trainer, budget, timings=None):
         f"  the config's {steps:,} steps: about {format_seconds(total)}, "
         f"{100 * share:.0f}% of the budget"
     )
+    from stagegan.run.compare import length_overrides  # light: no TensorFlow of its own
+
     factor, fitted = fit_budget(timings, budget)
-    sets = " ".join(
-        f"--set stages[{i}].steps={n}" for i, n in enumerate(fitted) if n != timings[i][0].steps
-    )
+    # A polish's decaying rate is given the polish's new length too, as `compare --budget`
+    # gives it: scaled stages alone would leave the rate short of 0 at the end, or at 0 early.
+    sets = " ".join(f"--set {item}" for item in length_overrides(trainer.config, fitted))
     lines.append(
         f"  {format_seconds(budget)} fits about {sum(fitted):,} steps in these proportions "
         f"(x{factor:.2f})" + (f": {sets}" if sets else "")
