@@ -15,7 +15,8 @@ Table 3): 26,000 samples (`stagegan sample --num 26000 --output`), each channel 
 judge: `modes`, the triples that occur at least once (of 1,000), and `kl`, KL(the samples'
 histogram over the triples || uniform over 1,000). The reference row `real` scores 26,000
 fresh stacks of the digits themselves (the judge's own errors move them off 1,000 and 0).
-`--eval` adds `stagegan eval --json --features selfsup --count 2000`'s diversity numbers.
+`--eval` adds `stagegan eval --json --features selfsup --count 2000`'s diversity numbers;
+`score --no-ema` scores a run's live generator instead of its EMA (the EMA's ablation).
 """
 
 import argparse
@@ -114,12 +115,15 @@ def modes(model, images):
     }
 
 
-def score(model, run, with_eval=False):
-    """A finished run's row: modes and kl of its 26,000 samples (and eval's diversity)."""
-    samples = run / "stacked_mnist.npy"
+def score(model, run, with_eval=False, live=False):
+    """A finished run's row: modes and kl of its 26,000 samples (and eval's diversity); `live`:
+    from the generator's own weights, not its EMA (`sample --no-ema`: the EMA's ablation)."""
+    samples = run / ("stacked_mnist_live.npy" if live else "stacked_mnist.npy")
     if not samples.exists():
-        stagegan("sample", "--run", str(run), "--num", str(SAMPLES), "--output", str(samples))
-    row = {"run": str(run), **modes(model, np.load(samples))}
+        stagegan("sample", "--run", str(run), "--num", str(SAMPLES), "--output", str(samples),
+                 *(["--no-ema"] if live else []))  # fmt: skip
+    row = {"run": str(run), **({"weights": "live"} if live else {})}
+    row.update(modes(model, np.load(samples)))
     if with_eval:
         out = stagegan("eval", "--run", str(run), "--json", "--features", "selfsup",
                        "--count", "2000")  # fmt: skip
@@ -160,6 +164,7 @@ def main():
     scored = commands.add_parser("score", help="score finished runs (and the real stacks)")
     scored.add_argument("runs", type=Path, nargs="*")
     scored.add_argument("--eval", action="store_true", help="add eval's diversity numbers")
+    scored.add_argument("--no-ema", action="store_true", help="the live weights, not the EMA")
     trained = commands.add_parser("train", help="train a run on the folder, then score it")
     trained.add_argument("folder", type=Path)
     trained.add_argument("run", type=Path)
@@ -183,7 +188,7 @@ def main():
         real, _ = stacks(images, SAMPLES, seed=1)
         print(json.dumps({"run": "real", **modes(model, real / 255.0)}), flush=True)
     for run in args.runs:
-        print(json.dumps(score(model, run, args.eval)), flush=True)
+        print(json.dumps(score(model, run, args.eval, args.no_ema)), flush=True)
     return None
 
 
