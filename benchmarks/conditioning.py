@@ -41,12 +41,13 @@ def weights(run):
     run's newest checkpoint."""
     import tensorflow as tf
 
-    path = tf.train.latest_checkpoint(str(run / "checkpoints"))
-    if path is None:
-        newest = sorted((run / "checkpoints").glob("ckpt-*.index"))
-        if not newest:
-            sys.exit(f"conditioning.py: {run}: no checkpoint")
-        path = str(newest[-1].with_suffix(""))
+    from stagegan.runfolder.dirs import RunFolder
+
+    store = RunFolder(run).checkpoints()  # the run's own index: its newest checkpoint
+    newest = store.latest()
+    if newest is None:
+        sys.exit(f"conditioning.py: {run}: no checkpoint")
+    path = store.path_of(newest)
     reader = tf.train.load_checkpoint(path)
 
     def read(name):

@@ -260,10 +260,8 @@ def mode_seeking(images, latents, epsilon=1e-5):
         images: [2N, ...] generated samples, pair k in rows 2k and 2k + 1.
         latents: [2N, D] the latents they came from.
     """
-    images, latents = tf.cast(images, tf.float32), tf.cast(latents, tf.float32)
-    apart = _mean(tf.abs(images[0::2] - images[1::2]))
-    ratio = apart / _mean(tf.abs(latents[0::2] - latents[1::2]))
-    return 1.0 / (ratio + epsilon)
+    apart, between = _pair_distances(images, latents)  # every pair has as many elements
+    return 1.0 / (_mean(apart) / _mean(between) + epsilon)
 
 
 def mode_seeking_pairs(images, latents, epsilon=1e-5):
@@ -280,11 +278,20 @@ def mode_seeking_pairs(images, latents, epsilon=1e-5):
         images: [2N, ...] generated samples, pair k in rows 2k and 2k + 1.
         latents: [2N, D] the latents they came from.
     """
+    apart, between = _pair_distances(images, latents)
+    return _mean(1.0 / (apart / between + epsilon))
+
+
+def _pair_distances(images, latents):
+    """`(apart, between)` [N]: each pair's mean |G(z1) - G(z2)| and mean |z1 - z2|, pair k in
+    rows 2k and 2k + 1."""
     images, latents = tf.cast(images, tf.float32), tf.cast(latents, tf.float32)
     pairs = tf.shape(images)[0] // 2
-    apart = tf.reduce_mean(tf.reshape(tf.abs(images[0::2] - images[1::2]), [pairs, -1]), 1)
-    between = tf.reduce_mean(tf.reshape(tf.abs(latents[0::2] - latents[1::2]), [pairs, -1]), 1)
-    return _mean(1.0 / (apart / between + epsilon))
+
+    def per_pair(x):
+        return tf.reduce_mean(tf.reshape(tf.abs(x[0::2] - x[1::2]), [pairs, -1]), 1)
+
+    return per_pair(images), per_pair(latents)
 
 
 # Reconstruction ------------------------------------------------------------------------------
