@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 from common import stagegan  # sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
 
 
@@ -56,6 +57,9 @@ def weights(run):
     embedded = read("generator:embed:embeddings")  # [clusters, latent]
     kernel = read("generator:project:kernel")  # [latent + latent, 4 * 4 * channels]
     latent = embedded.shape[1]
+    config = yaml.safe_load((Path(run) / "config.yaml").read_text())
+    if config["model"].get("embed_norm"):  # the rows the first layer sees: length sqrt(latent)
+        embedded = embedded / np.linalg.norm(embedded, axis=1, keepdims=True) * latent**0.5
     w_z, w_e = kernel[:latent], kernel[latent:]
     generator = np.linalg.norm(embedded @ w_e, axis=1) / np.linalg.norm(w_z)
     projection = np.linalg.norm(read("discriminator:embed:embeddings"), axis=1)

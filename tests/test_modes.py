@@ -6,6 +6,7 @@ packing and conditioning; a tiny run with all of them; the settings they refuse.
 import math
 import types
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,7 +19,7 @@ from stagegan.errors import ConfigError
 from stagegan.run.planning import describe_plan
 from stagegan.tasks import resnet
 from stagegan.tasks.base import Context, adversarial_losses
-from stagegan.tasks.unconditional import Unconditional, discriminator
+from stagegan.tasks.unconditional import Unconditional, conditional_generator, discriminator
 from stagegan.training.trainer import Trainer
 
 sp = lambda v: math.log1p(math.exp(v))  # softplus
@@ -204,6 +205,29 @@ def test_the_resnet_discriminators_last_block_takes_one_more_channel():
     assert resnet.parameter_count(task, "discriminator") == with_std
 
 
+def test_embed_norm_gives_every_class_embedding_the_length_of_a_typical_z():
+    """latent_dim 8: the generator's body takes [z, e / |e| * sqrt(8)], whatever the length
+    of the learned row e; without model.embed_norm it takes [z, e]."""
+    z = np.random.default_rng(0).normal(size=(3, 8)).astype("float32")
+    y = np.array([0, 1, 2], "int32")
+    for norm in (True, False):
+        options = {
+            "data": {"source": "shapes", "size": 32, "channels": 3},
+            "model": {"width": 4, "latent_dim": 8, "conditional": True, "embed_norm": norm},
+        }
+        task = Unconditional(options, Rngs())
+        task.num_classes = 3
+        generator = conditional_generator(task)
+        rows = np.array([[3.0] * 8, [0.1, 0, 0, 0, 0, 0, 0, 0], np.arange(8.0)], "float32")
+        generator.get_layer("embed").set_weights([rows])
+        joined = next(layer for layer in generator.layers if "concatenate" in layer.name)
+        body_input = keras.Model(generator.inputs, joined.output)([z, y]).numpy()
+        by_hand = rows / np.linalg.norm(rows, axis=1, keepdims=True) * np.sqrt(8) if norm else rows
+        np.testing.assert_allclose(body_input, np.concatenate([z, by_hand], 1), rtol=1e-5)
+        said = "class embedding scaled to z's length" in task.describe_networks()["generator"]
+        assert said == norm
+
+
 # A run with every lever, and what is refused ------------------------------------------------
 
 
@@ -273,6 +297,16 @@ def test_a_conditional_packed_augmented_run_with_every_lever_trains(npz):
             "8 a replica, 4 packs of 2",
         ),
         ({"model": {"mbstd": 1}}, "model.mbstd", "must be bool"),
+        (
+            {"model": {"embed_norm": True, "conditional": False}},
+            "model.embed_norm",
+            "needs model.conditional: true",
+        ),
+        (
+            {"model": {"embed_norm": True, "arch": "resnet"}},
+            "model.embed_norm",
+            "applies to model.arch: dcgan only",
+        ),
         ({"loss": {"adversarial": "relativistic"}}, "loss.adversarial", "least_squares, rpgan"),
         (
             {"g_loss": {"g_loss": 1, "mode_seeking": 1}, "batch": 6, "towers": 2},

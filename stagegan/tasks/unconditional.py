@@ -56,6 +56,7 @@ from stagegan.tasks.base import (
 ARCHS = {"resnet": resnet, "progressive": progressive}
 # The options of one arch only, with their defaults.
 ARCH_KEYS = {
+    "dcgan": {"embed_norm": False},
     "resnet": {"blocks": 1, "attention": None},
     "progressive": {"mbstd_group": 4, "equalised_lr": True},
 }
@@ -94,6 +95,7 @@ class Unconditional(ImageTask):
             "pack": 1,
             "spectral_norm": False,
             "conditional": False,
+            "embed_norm": False,  # dcgan with conditional: true only
             "mbstd": False,  # dcgan and resnet (progressive's always has one)
             "mbstd_group": 4,  # progressive, or with mbstd
             "equalised_lr": True,  # progressive only
@@ -145,6 +147,12 @@ class Unconditional(ImageTask):
         self.d_loss, self.g_loss = losses.adversarial(self.loss["adversarial"])
         self.d_accuracy = losses.AccuracyMonitor(self.loss["adversarial"])
         self.conditional = self.model["conditional"]
+        if self.model["embed_norm"] and not self.conditional:
+            raise ConfigError(
+                "model.embed_norm",
+                "scales the generator's class embedding and needs model.conditional: true. "
+                "Received: true",
+            )
         self.growth = None
 
     # Progressive growing (model.arch: progressive, `stagegan.tasks.progressive`) -------------
@@ -227,6 +235,8 @@ class Unconditional(ImageTask):
                 )
             if scope == "discriminator" and self.mbstd:
                 lines[scope] += f", minibatch stddev (groups of {self.model['mbstd_group']})"
+            if scope == "generator" and self.model["embed_norm"]:
+                lines[scope] += ", class embedding scaled to z's length"
         return lines
 
     def sizes(self):
@@ -399,10 +409,16 @@ def discriminator(task, head=True):
 
 def conditional_generator(task):
     """The DCGAN generator of `generator`, on z [latent_dim] concatenated with a learned
-    embedding of the class (an int32 index) of the same size."""
+    embedding of the class (an int32 index) of the same size. `model.embed_norm` scales each
+    class's embedding to length sqrt(latent_dim), a typical z's (StyleGAN2's mapping
+    normalises its embedding the same way), so that no class's embedding outweighs z."""
     z = keras.Input((task.model["latent_dim"],))
     y = keras.Input((), dtype="int32")
-    embedded = keras.layers.Embedding(task.num_classes, task.model["latent_dim"], name="embed")(y)
+    latent = task.model["latent_dim"]
+    embedded = keras.layers.Embedding(task.num_classes, latent, name="embed")(y)
+    if task.model["embed_norm"]:  # every class's embedding as long as a typical z, sqrt(latent)
+        embedded = keras.layers.UnitNormalization(name="embed_norm")(embedded)
+        embedded = keras.layers.Rescaling(latent**0.5, name="embed_scale")(embedded)
     joined = keras.layers.Concatenate()([z, embedded])
     body = generator(task, latent=2 * task.model["latent_dim"])
     return keras.Model([z, y], body(joined), name="generator")
