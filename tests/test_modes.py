@@ -303,6 +303,11 @@ def test_a_conditional_packed_augmented_run_with_every_lever_trains(npz):
             "needs model.conditional: true",
         ),
         (
+            {"model": {"embed_norm": True, "generator": "mymodule:build"}},
+            "model.embed_norm",
+            "model.generator names your own (mymodule:build)",
+        ),
+        (
             {"model": {"embed_norm": True, "arch": "resnet"}},
             "model.embed_norm",
             "applies to model.arch: dcgan only",

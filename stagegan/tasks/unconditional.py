@@ -153,6 +153,12 @@ class Unconditional(ImageTask):
                 "scales the generator's class embedding and needs model.conditional: true. "
                 "Received: true",
             )
+        if self.model["embed_norm"] and not builds_own(self, "generator"):
+            raise ConfigError(
+                "model.embed_norm",
+                "scales the built-in generator's class embedding; model.generator names "
+                f"your own ({self.model['generator']}), which builds its own. Received: true",
+            )
         self.growth = None
 
     # Progressive growing (model.arch: progressive, `stagegan.tasks.progressive`) -------------
