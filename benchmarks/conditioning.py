@@ -44,7 +44,8 @@ def weights(run):
 
     from stagegan.runfolder.dirs import RunFolder
 
-    store = RunFolder(run).checkpoints()  # the run's own index: its newest checkpoint
+    folder = RunFolder(run)
+    store = folder.checkpoints()  # the run's own index: its newest checkpoint
     newest = store.latest()
     if newest is None:
         sys.exit(f"conditioning.py: {run}: no checkpoint")
@@ -57,7 +58,7 @@ def weights(run):
     embedded = read("generator:embed:embeddings")  # [clusters, latent]
     kernel = read("generator:project:kernel")  # [latent + latent, 4 * 4 * channels]
     latent = embedded.shape[1]
-    config = yaml.safe_load((Path(run) / "config.yaml").read_text())
+    config = yaml.safe_load(folder.config_file().read_text())
     if config["model"].get("embed_norm"):  # the rows the first layer sees: length sqrt(latent)
         embedded = embedded / np.linalg.norm(embedded, axis=1, keepdims=True) * latent**0.5
     w_z, w_e = kernel[:latent], kernel[latent:]

@@ -7,6 +7,7 @@ from stagegan.core.until import never_checked
 from stagegan.core.variables import count_parameters, scope_of
 from stagegan.data.sources import tfrecord_label_counts
 from stagegan.evaluation import registry
+from stagegan.run.compare import length_overrides
 
 
 def describe_checkpoints(config):
@@ -257,8 +258,6 @@ def describe_budget(trainer, budget, timings=None):
         f"  the config's {steps:,} steps: about {format_seconds(total)}, "
         f"{100 * share:.0f}% of the budget"
     )
-    from stagegan.run.compare import length_overrides  # light: no TensorFlow of its own
-
     factor, fitted = fit_budget(timings, budget)
     # A polish's decaying rate is given the polish's new length too, as `compare --budget`
     # gives it: scaled stages alone would leave the rate short of 0 at the end, or at 0 early.

@@ -418,15 +418,15 @@ def conditional_generator(task):
     embedding of the class (an int32 index) of the same size. `model.embed_norm` scales each
     class's embedding to length sqrt(latent_dim), a typical z's (StyleGAN2's mapping
     normalises its embedding the same way), so that no class's embedding outweighs z."""
-    z = keras.Input((task.model["latent_dim"],))
-    y = keras.Input((), dtype="int32")
     latent = task.model["latent_dim"]
+    z = keras.Input((latent,))
+    y = keras.Input((), dtype="int32")
     embedded = keras.layers.Embedding(task.num_classes, latent, name="embed")(y)
     if task.model["embed_norm"]:  # every class's embedding as long as a typical z, sqrt(latent)
         embedded = keras.layers.UnitNormalization(name="embed_norm")(embedded)
         embedded = keras.layers.Rescaling(latent**0.5, name="embed_scale")(embedded)
     joined = keras.layers.Concatenate()([z, embedded])
-    body = generator(task, latent=2 * task.model["latent_dim"])
+    body = generator(task, latent=2 * latent)
     return keras.Model([z, y], body(joined), name="generator")
 
 
